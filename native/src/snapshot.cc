@@ -1,0 +1,194 @@
+#include "snapshot.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "checksum.h"
+#include "lmdb.h"
+
+namespace ipr {
+namespace {
+
+uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+}  // namespace
+
+std::shared_ptr<const Snapshot> Snapshot::Open(const std::string& path, SnapshotError* error) {
+  std::shared_ptr<Snapshot> snapshot(new Snapshot());
+  if (!snapshot->Load(path, error)) return nullptr;
+  return snapshot;
+}
+
+void Snapshot::LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) const {
+  // Chunks on the stack (no allocation); within a chunk each family's
+  // addresses go through their trie's interleaved walk.
+  constexpr size_t kChunk = 256;
+  uint32_t v4[kChunk];
+  u128 v6[kChunk];
+  uint64_t v4_leaves[kChunk], v6_leaves[kChunk];
+  uint16_t v4_at[kChunk], v6_at[kChunk];
+  for (size_t base = 0; base < n; base += kChunk) {
+    size_t count = n - base < kChunk ? n - base : kChunk;
+    size_t n4 = 0, n6 = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const ParsedAddress& a = addrs[base + i];
+      if (a.family == Family::kV4) {
+        v4_at[n4] = static_cast<uint16_t>(i);
+        v4[n4++] = a.v4;
+      } else {
+        v6_at[n6] = static_cast<uint16_t>(i);
+        v6[n6++] = a.v6;
+      }
+    }
+    trie4_.LookupManyV4(v4, n4, v4_leaves);
+    trie6_.LookupManyV6(v6, n6, v6_leaves);
+    for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k]);
+    for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k]);
+  }
+}
+
+bool Snapshot::ValidLeaf(uint64_t v, unsigned key_bits) const {
+  const uint32_t* counts = header_.record_counts;
+  uint32_t asn = leaf::Asn(v), location = leaf::Location(v), provider = leaf::Provider(v);
+  return leaf::ReservedClear(v) && leaf::AsnLen(v) <= key_bits && (asn == kNoRecord || asn < counts[kAsnRecords]) &&
+         (location == kNoRecord || location < counts[kLocationRecords]) &&
+         (provider == 0 || provider - 1 < counts[kCompanyRecords]);
+}
+
+Snapshot::~Snapshot() {
+  if (txn_ != nullptr) mdb_txn_abort(txn_);
+  if (env_ != nullptr) mdb_env_close(env_);
+}
+
+bool Snapshot::Load(const std::string& path, SnapshotError* error) {
+  path_ = path;
+  auto fail = [&](const char* code, const std::string& message) {
+    error->code = code;
+    error->message = "snapshot " + path + ": " + message;
+    return false;
+  };
+
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return fail("snapshot_missing", "file not found");
+  if (!S_ISREG(st.st_mode)) return fail("snapshot_invalid", "not a regular file");
+  file_size_ = static_cast<uint64_t>(st.st_size);
+
+  int rc = mdb_env_create(&env_);
+  if (rc == 0) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444);
+  if (rc != 0) return fail("snapshot_invalid", std::string("not a readable LMDB file (") + mdb_strerror(rc) + ")");
+
+  // A truncated file maps fine, but touching a page past its end raises
+  // SIGBUS: check that every page LMDB may read lies inside the file.
+  MDB_envinfo info;
+  MDB_stat stat;
+  mdb_env_info(env_, &info);
+  mdb_env_stat(env_, &stat);
+  uint64_t used = (static_cast<uint64_t>(info.me_last_pgno) + 1) * stat.ms_psize;
+  if (used > file_size_) {
+    return fail("snapshot_invalid", "truncated: its pages reach byte " + std::to_string(used) + " but the file has " +
+                                        std::to_string(file_size_));
+  }
+  const uint8_t* map_begin = static_cast<const uint8_t*>(info.me_mapaddr);
+  const uint8_t* map_end = map_begin + file_size_;
+  // Ask for huge pages before the checksum pass reads the file in: random
+  // lookups over a few hundred MiB otherwise spend much of their time on TLB
+  // misses. Best effort: kernels without file THP ignore it.
+  ::madvise(const_cast<uint8_t*>(map_begin), info.me_mapsize, MADV_HUGEPAGE);
+
+  rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_);
+  MDB_dbi dbi = 0;
+  if (rc == 0) rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
+  if (rc != 0) return fail("snapshot_invalid", std::string("cannot read it (") + mdb_strerror(rc) + ")");
+
+  auto get = [&](const char* name, Blob* blob) {
+    MDB_val key{std::strlen(name), const_cast<char*>(name)};
+    MDB_val val;
+    int r = mdb_get(txn_, dbi, &key, &val);
+    if (r != 0) return fail("snapshot_invalid", std::string("no \"") + name + "\" entry (" + mdb_strerror(r) + ")");
+    const uint8_t* data = static_cast<const uint8_t*>(val.mv_data);
+    if (data < map_begin || data > map_end || val.mv_size > static_cast<size_t>(map_end - data)) {
+      return fail("snapshot_invalid", std::string("entry \"") + name + "\" lies outside the file");
+    }
+    *blob = Blob{data, val.mv_size};
+    return true;
+  };
+
+  Blob header_blob;
+  if (!get("header", &header_blob)) return false;
+  if (header_blob.size != sizeof(SnapshotHeader)) return fail("snapshot_invalid", "header has the wrong size");
+  std::memcpy(&header_, header_blob.data, sizeof header_);
+  if (std::memcmp(header_.magic, "IPRSNAP", 8) != 0) return fail("snapshot_invalid", "not an ip-reputation snapshot");
+  if (header_.format_version != kFormatVersion) {
+    return fail("snapshot_version", "format version " + std::to_string(header_.format_version) +
+                                        ", this build reads version " + std::to_string(kFormatVersion) +
+                                        "; rebuild it with `ipr build`");
+  }
+
+  Blob blobs[kBlobCount];
+  uint64_t checksum = 0;
+  for (unsigned i = 0; i < kBlobCount; ++i) {
+    if (!get(kBlobNames[i], &blobs[i])) return false;
+    checksum = Checksum64(blobs[i].data, blobs[i].size, checksum);
+  }
+  if (checksum != header_.checksum) return fail("snapshot_invalid", "checksum mismatch: the file is corrupt");
+  meta_ = blobs[0];
+  asn_company_ = blobs[3];
+
+  // Everything below guards against a file that is consistent with its
+  // checksum but wrong anyway (a writer bug, or a crafted file).
+  const uint32_t* counts = header_.record_counts;
+  std::string reason;
+  if (!trie4_.Validate(blobs[1].data, blobs[1].size, 32, &reason)) return fail("snapshot_invalid", "IPv4 " + reason);
+  if (!trie6_.Validate(blobs[2].data, blobs[2].size, 128, &reason)) return fail("snapshot_invalid", "IPv6 " + reason);
+  for (const TrieView* trie : {&trie4_, &trie6_}) {
+    unsigned key_bits = trie == &trie4_ ? 32 : 128;
+    for (uint32_t i = 0; i < trie->leaf_count(); ++i) {
+      if (!ValidLeaf(trie->leaf(i), key_bits)) {
+        return fail("snapshot_invalid", "IPv" + std::to_string(key_bits == 32 ? 4 : 6) + " trie leaf " +
+                                            std::to_string(i) + " points past a record table");
+      }
+    }
+  }
+  if (asn_company_.size != 4 * uint64_t{counts[kAsnRecords]}) {
+    return fail("snapshot_invalid", "asn.company does not match the ASN records");
+  }
+  for (uint32_t i = 0; i < counts[kAsnRecords]; ++i) {
+    uint32_t company = AsnCompany(i);
+    if (company != kNoRecord && company >= counts[kCompanyRecords]) {
+      return fail("snapshot_invalid", "asn.company entry " + std::to_string(i) + " points past the companies");
+    }
+  }
+
+  for (unsigned k = 0; k < kRecordKindCount; ++k) {
+    const Blob& b = blobs[kFirstRecordBlob + k];
+    const char* name = kBlobNames[kFirstRecordBlob + k];
+    uint32_t count = counts[k];
+    uint64_t table_size = kRecordTableHeaderSize + 4 * (uint64_t{count} + 1);
+    if (b.size < table_size || std::memcmp(b.data, "REC1", 4) != 0 || Load32(b.data + 4) != count) {
+      return fail("snapshot_invalid", std::string(name) + " header does not match its count");
+    }
+    const uint8_t* offsets = b.data + kRecordTableHeaderSize;
+    uint64_t bytes = b.size - table_size;
+    uint32_t previous = 0;
+    for (uint32_t i = 0; i <= count; ++i) {
+      uint32_t offset = Load32(offsets + 4 * size_t{i});
+      if (offset < previous || offset > bytes || (i == 0 && offset != 0)) {
+        return fail("snapshot_invalid", std::string(name) + " offset " + std::to_string(i) + " out of range");
+      }
+      previous = offset;
+    }
+    for (const uint8_t* p = b.data + table_size; p < b.data + b.size; ++p) {
+      if (*p < 0x20 || *p > 0x7E) return fail("snapshot_invalid", std::string(name) + " holds a non-ASCII byte");
+    }
+    records_[k] = b;
+  }
+  return true;
+}
+
+}  // namespace ipr

@@ -1,0 +1,85 @@
+// A published snapshot opened for reading.
+//
+// Open() maps the file, checks it against everything it claims (LMDB meta
+// pages, file size, header, format version, checksum, every trie index and
+// record offset) and keeps one read transaction for the object's lifetime:
+// the blob pointers stay valid, in the memory map, until the Snapshot is
+// destroyed. Lookups are then plain memory reads, safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "address.h"
+#include "snapshot_format.h"
+#include "trie.h"
+
+struct MDB_env;
+struct MDB_txn;
+
+namespace ipr {
+
+struct Blob {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// The error of a snapshot that cannot be used, with a message naming the file.
+struct SnapshotError {
+  std::string code;  // snapshot_missing, snapshot_invalid, snapshot_version
+  std::string message;
+};
+
+class Snapshot {
+ public:
+  static std::shared_ptr<const Snapshot> Open(const std::string& path, SnapshotError* error);
+  ~Snapshot();
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
+  Answer Lookup(const ParsedAddress& addr) const {
+    return Unpack(addr.family == Family::kV4 ? trie4_.LookupV4(addr.v4) : trie6_.LookupV6(addr.v6));
+  }
+
+  // Looks `n` addresses up with interleaved walks (TrieView::LookupManyV4);
+  // out[i] is what Lookup(addrs[i]) answers. Allocates nothing.
+  void LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) const;
+
+  const std::string& path() const { return path_; }
+  const SnapshotHeader& header() const { return header_; }
+  Blob meta() const { return meta_; }
+  Blob records(RecordKind kind) const { return records_[kind]; }
+  const TrieView& trie4() const { return trie4_; }
+  const TrieView& trie6() const { return trie6_; }
+  uint64_t file_size() const { return file_size_; }
+
+ private:
+  Snapshot() = default;
+  bool Load(const std::string& path, SnapshotError* error);
+  bool ValidLeaf(uint64_t v, unsigned key_bits) const;
+
+  Answer Unpack(uint64_t v) const {
+    uint32_t asn = leaf::Asn(v);
+    uint32_t provider = leaf::Provider(v);
+    uint32_t company = provider != 0 ? provider - 1 : asn == kNoRecord ? kNoRecord : AsnCompany(asn);
+    return Answer{company, asn, leaf::Location(v), leaf::Flags(v), leaf::AsnLen(v)};
+  }
+  uint32_t AsnCompany(uint32_t asn) const {
+    uint32_t company;
+    std::memcpy(&company, asn_company_.data + 4 * size_t{asn}, 4);
+    return company;
+  }
+
+  std::string path_;
+  MDB_env* env_ = nullptr;
+  MDB_txn* txn_ = nullptr;
+  uint64_t file_size_ = 0;
+  SnapshotHeader header_{};
+  Blob meta_, asn_company_;
+  Blob records_[kRecordKindCount];
+  TrieView trie4_, trie6_;
+};
+
+}  // namespace ipr
