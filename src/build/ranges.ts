@@ -1,0 +1,136 @@
+/**
+ * Address ranges on their way to the native writer: parsed with the same
+ * strict parser as lookups, batched per table and family, and handed over in
+ * typed arrays (one native call per batch, not per range).
+ */
+import { IprError } from '../errors.js';
+import { native, type NativeSnapshotWriter, type Table } from '../native.js';
+
+export type Family = 4 | 6;
+
+/** A parsed prefix: its family, its address bytes (network order) and length. */
+export interface ParsedPrefix {
+  family: Family;
+  bytes: Uint8Array;
+  len: number;
+}
+
+const scratch = new Uint8Array(16);
+
+/** Parses an address into `out` (16 bytes); returns its family or 0. */
+export function parseAddress(text: string, out: Uint8Array = scratch): 0 | Family {
+  return native.parseAddress(text, out);
+}
+
+/**
+ * Parses "address" or "address/len" into `out`. Host bits set below the
+ * length are cleared (feeds write 1.2.3.4/24 for 1.2.3.0/24). An IPv4-mapped
+ * IPv6 prefix (::ffff:a.b.c.d/len, len >= 96) becomes the IPv4 prefix.
+ */
+export function parsePrefix(text: string, out: Uint8Array): ParsedPrefix | null {
+  const slash = text.indexOf('/');
+  const address = slash < 0 ? text : text.slice(0, slash);
+  const family = parseAddress(address, out);
+  if (family === 0) return null;
+  const width = family === 4 ? 32 : 128;
+  if (slash < 0) return { family, bytes: out, len: width };
+  const lenText = text.slice(slash + 1);
+  if (!/^(0|[1-9][0-9]{0,2})$/.test(lenText)) return null;
+  let len = Number(lenText);
+  if (family === 4 && address.includes(':')) len -= 96;
+  if (len < 0 || len > width) return null;
+  return { family, bytes: out, len };
+}
+
+/** Writes the address of an unsigned integer (IPv4 below 2^32) into `out`; returns its family. */
+export function integerAddress(text: string, out: Uint8Array): 0 | Family {
+  if (!/^(0|[1-9][0-9]{0,38})$/.test(text)) return 0;
+  let value = BigInt(text);
+  if (value >= 1n << 128n) return 0;
+  const family: Family = value < 1n << 32n ? 4 : 6;
+  const width = family === 4 ? 4 : 16;
+  for (let i = width - 1; i >= 0; i--) {
+    out[i] = Number(value & 0xffn);
+    value >>= 8n;
+  }
+  return family;
+}
+
+/** Compares two addresses of the same family (first `width` bytes). */
+export function compareAddresses(a: Uint8Array, b: Uint8Array, width: number): number {
+  for (let i = 0; i < width; i++) {
+    if (a[i] !== b[i]) return a[i]! - b[i]!;
+  }
+  return 0;
+}
+
+const BATCH = 16384;
+
+class Batch {
+  readonly starts: Uint8Array;
+  readonly ends: Uint8Array;
+  readonly values = new Uint32Array(BATCH);
+  count = 0;
+  constructor(readonly width: number) {
+    this.starts = new Uint8Array(BATCH * width);
+    this.ends = new Uint8Array(BATCH * width);
+  }
+}
+
+export class RangeSink {
+  readonly #writer: NativeSnapshotWriter;
+  readonly #batches = new Map<number, Batch>();
+
+  constructor(writer: NativeSnapshotWriter) {
+    this.#writer = writer;
+  }
+
+  /** Adds the prefix `len` bits long of `bytes` (host bits are cleared). */
+  addPrefix(table: Table, family: Family, bytes: Uint8Array, len: number, value: number): void {
+    const batch = this.#batch(table, family);
+    const width = batch.width;
+    const at = batch.count * width;
+    for (let i = 0; i < width; i++) {
+      const bitsHere = Math.min(8, Math.max(0, len - 8 * i));
+      const keep = (0xff << (8 - bitsHere)) & 0xff;
+      batch.starts[at + i] = bytes[i]! & keep;
+      batch.ends[at + i] = (bytes[i]! & keep) | (~keep & 0xff);
+    }
+    this.#push(table, family, batch, value);
+  }
+
+  /** Adds first..last (inclusive); throws when last < first. */
+  addRange(table: Table, family: Family, first: Uint8Array, last: Uint8Array, value: number): void {
+    const batch = this.#batch(table, family);
+    const width = batch.width;
+    if (compareAddresses(first, last, width) > 0) throw new IprError('invalid_argument', 'range ends before it starts');
+    batch.starts.set(first.subarray(0, width), batch.count * width);
+    batch.ends.set(last.subarray(0, width), batch.count * width);
+    this.#push(table, family, batch, value);
+  }
+
+  flush(): void {
+    for (const [key, batch] of this.#batches) this.#send(key >> 1, key & 1 ? 6 : 4, batch);
+  }
+
+  #batch(table: Table, family: Family): Batch {
+    const key = table * 2 + (family === 6 ? 1 : 0);
+    let batch = this.#batches.get(key);
+    if (batch === undefined) {
+      batch = new Batch(family === 4 ? 4 : 16);
+      this.#batches.set(key, batch);
+    }
+    return batch;
+  }
+
+  #push(table: Table, family: Family, batch: Batch, value: number): void {
+    batch.values[batch.count++] = value;
+    if (batch.count === BATCH) this.#send(table, family, batch);
+  }
+
+  #send(table: number, family: Family, batch: Batch): void {
+    if (batch.count === 0) return;
+    this.#writer.add(table as Table, family, batch.starts, batch.ends, batch.values, batch.count);
+    batch.count = 0;
+  }
+}

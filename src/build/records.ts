@@ -1,0 +1,175 @@
+/**
+ * The records a snapshot points to (companies, ASNs, locations), deduplicated
+ * and serialised once as ASCII JSON: the lookup side decodes or splices them
+ * without re-encoding.
+ *
+ * Company of an address, in order (documented in the README):
+ *  1. the `company` of a flag source listing it (cloud provider ranges);
+ *  2. else the operator of its ASN: named after the ASN's organisation, typed
+ *     `vpn` when an asn-list source of kind vpn names the ASN, `hosting` when
+ *     one of kind hosting does, else by the organisation's name (see
+ *     companyTypeFromName).
+ */
+import { NO_RECORD, RecordKind, type NativeSnapshotWriter } from '../native.js';
+import { FLAG } from '../risk.js';
+import type { Company, CompanyType, Location } from '../snapshot.js';
+import type { Kind } from './sources.js';
+
+/** JSON with every non-ASCII character escaped, as the snapshot stores records. */
+export function asciiJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+class RecordSet {
+  readonly #ids = new Map<string, number>();
+  readonly texts: string[] = [];
+
+  id(text: string): number {
+    let id = this.#ids.get(text);
+    if (id === undefined) {
+      id = this.texts.length;
+      this.texts.push(text);
+      this.#ids.set(text, id);
+    }
+    return id;
+  }
+
+  get size(): number {
+    return this.texts.length;
+  }
+
+  toNative(writer: NativeSnapshotWriter, kind: RecordKind): void {
+    const encoded = this.texts.map((t) => Buffer.from(t, 'latin1'));
+    const offsets = new Uint32Array(encoded.length + 1);
+    encoded.forEach((b, i) => (offsets[i + 1] = offsets[i]! + b.length));
+    writer.setRecords(kind, Buffer.concat(encoded), offsets);
+  }
+}
+
+// The rules that type an organisation from its name, first match wins.
+const NAME_RULES: [CompanyType, RegExp][] = [
+  ['education', /universi|college|school|academ|institute of technology|polytechnic|research (and|&) education|\bedu(cation)?\b|\bnren\b/i],
+  ['government', /government|ministry|ministerio|ministere|federal|municipal|county of|city of|state of|department of|\bpolice\b|\barmy\b|\bnavy\b|air force|defen[cs]e|parliament|gouvernement|\bgov\b/i],
+  ['hosting', /hosting|\bhost\b|cloud|data ?cent(er|re)|datacenter|\bservers?\b|\bvps\b|colocation|\bcolo\b|dedicated|\bcompute\b/i],
+  ['isp', /tele(com|kom|fon|phone|net)|communication|broadband|\bcable\b|mobile|wireless|cellular|internet|\bisp\b|fib(er|re)|\bnetworks?\b|\btel\b|\bdsl\b|\bgsm\b|\blte\b|\bcomcast\b|\bverizon\b|\bvodafone\b|\borange\b/i],
+];
+
+/** A company type from an organisation name alone; `business` when no rule matches. */
+export function companyTypeFromName(name: string): CompanyType {
+  for (const [type, rule] of NAME_RULES) if (rule.test(name)) return type;
+  return 'business';
+}
+
+const regionNames = new Intl.DisplayNames(['en'], { type: 'region' });
+const countryNames = new Map<string, string | null>();
+
+/** The English name of an ISO 3166-1 alpha-2 code, or null for an unknown code. */
+export function countryName(code: string): string | null {
+  let name = countryNames.get(code);
+  if (name === undefined) {
+    let found: string | undefined;
+    try {
+      found = /^[A-Z]{2}$/.test(code) ? regionNames.of(code) : undefined;
+    } catch {
+      found = undefined;
+    }
+    name = found === undefined || found === code || found === 'Unknown Region' ? null : found;
+    countryNames.set(code, name);
+  }
+  return name;
+}
+
+export function roundDegrees(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? Math.round(value * 1e4) / 1e4 : null;
+}
+
+function textOrNull(value: unknown): string | null {
+  return typeof value === 'string' && value.trim() !== '' ? value.trim() : null;
+}
+
+const FLAG_OF_KIND: Partial<Record<Kind, number>> = {
+  tor: FLAG.tor,
+  vpn: FLAG.vpn,
+  proxy: FLAG.proxy,
+  relay: FLAG.relay,
+  hosting: FLAG.hosting,
+};
+
+export class Records {
+  readonly companies = new RecordSet();
+  readonly asns = new RecordSet();
+  readonly locations = new RecordSet();
+  readonly #asnNumbers: number[] = [];
+  readonly #asnNames: (string | null)[] = [];
+  /** ASN number -> flag bits, from asn-list sources. */
+  readonly #flagsByAsnNumber = new Map<number, number>();
+
+  company(company: { name: string; type: CompanyType; domain?: string | null }): number {
+    const record: Company = { name: company.name, type: company.type, domain: company.domain ?? null };
+    return this.companies.id(asciiJson(record));
+  }
+
+  asn(number: number, name: string | null): number {
+    const text = asciiJson({ number, name: textOrNull(name) });
+    const before = this.asns.size;
+    const id = this.asns.id(text);
+    if (id === before) {
+      this.#asnNumbers.push(number);
+      this.#asnNames.push(textOrNull(name));
+    }
+    return id;
+  }
+
+  /** A location record id, or NO_RECORD when nothing in it is known. */
+  location(fields: {
+    country?: unknown;
+    city?: unknown;
+    region?: unknown;
+    latitude?: unknown;
+    longitude?: unknown;
+  }): number {
+    const country = textOrNull(fields.country)?.toUpperCase() ?? null;
+    const record: Location = {
+      country,
+      country_name: country === null ? null : countryName(country),
+      city: textOrNull(fields.city),
+      region: textOrNull(fields.region),
+      latitude: roundDegrees(fields.latitude),
+      longitude: roundDegrees(fields.longitude),
+    };
+    if (Object.values(record).every((v) => v === null)) return NO_RECORD;
+    return this.locations.id(asciiJson(record));
+  }
+
+  /** Remembers that every prefix of `asnNumber` gets the flag of `kind`. */
+  flagAsn(asnNumber: number, kind: Kind): void {
+    this.#flagsByAsnNumber.set(asnNumber, (this.#flagsByAsnNumber.get(asnNumber) ?? 0) | (FLAG_OF_KIND[kind] ?? 0));
+  }
+
+  /** How many ASN records the asn-list sources flagged (for the build summary). */
+  flaggedAsnRecords(): number {
+    return this.#asnNumbers.filter((n) => this.#flagsByAsnNumber.has(n)).length;
+  }
+
+  /** Hands every record table and the per-ASN flags and companies to the writer. */
+  toNative(writer: NativeSnapshotWriter): void {
+    const flags = new Uint8Array(this.#asnNumbers.length);
+    const companies = new Uint32Array(this.#asnNumbers.length);
+    this.#asnNumbers.forEach((number, id) => {
+      const asnFlags = this.#flagsByAsnNumber.get(number) ?? 0;
+      flags[id] = asnFlags;
+      const name = this.#asnNames[id];
+      if (name === null || name === undefined) {
+        companies[id] = NO_RECORD;
+        return;
+      }
+      const type: CompanyType =
+        asnFlags & FLAG.vpn ? 'vpn' : asnFlags & FLAG.hosting ? 'hosting' : companyTypeFromName(name);
+      companies[id] = this.company({ name, type, domain: null });
+    });
+    writer.setAsnAttributes(flags, companies);
+    this.companies.toNative(writer, RecordKind.Company);
+    this.asns.toNative(writer, RecordKind.Asn);
+    this.locations.toNative(writer, RecordKind.Location);
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The one registry of error codes. Every error the package raises is an
+ * {@link IprError} whose `code` is a key of {@link ERROR_CODES}; the native
+ * addon throws the same class (registered in native.ts). The HTTP API maps the
+ * API codes to their status; the OpenAPI document and the tests read this table.
+ */
+export const ERROR_CODES = {
+  // Answers of the API (interface-spec.md section 7 and decisions.md).
+  invalid_ip: { status: 400, message: 'The IP address format is invalid' },
+  // Operator-side failures: snapshots, sources, builds.
+  snapshot_missing: { status: 503, message: 'No snapshot is published' },
+  snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
+  snapshot_version: { status: 503, message: 'The snapshot has another format version' },
+  snapshot_closed: { status: 500, message: 'The snapshot was closed' },
+  sources_invalid: { status: 500, message: 'The sources configuration is not valid' },
+  source_unreadable: { status: 500, message: 'A source could not be read' },
+  source_bad_lines: { status: 500, message: 'A source has too many bad lines' },
+  source_empty: { status: 500, message: 'A source has no records' },
+  mmdb_invalid: { status: 500, message: 'The MaxMind DB file is not valid' },
+  invalid_argument: { status: 500, message: 'Invalid argument' },
+  write_failed: { status: 500, message: 'The snapshot could not be written' },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export class IprError extends Error {
+  /** Stable, machine-readable: a key of ERROR_CODES. */
+  code: ErrorCode;
+  /** Extra information; for `invalid_ip`, the offending input as text. */
+  details: Record<string, unknown>;
+
+  constructor(code: ErrorCode, message: string = ERROR_CODES[code].message, details: Record<string, unknown> = {}) {
+    super(message);
+    this.name = 'IprError';
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/** The input of a rejected address as decisions.md shows it: text, cut to 64 characters. */
+export function inputAsText(input: unknown): string {
+  let text: string;
+  try {
+    text = typeof input === 'string' ? input : JSON.stringify(input) ?? String(input);
+  } catch {
+    text = String(input);
+  }
+  return text.length > 64 ? text.slice(0, 64) : text;
+}
+
+export function invalidIp(input: unknown): IprError {
+  return new IprError('invalid_ip', ERROR_CODES.invalid_ip.message, { ip: inputAsText(input) });
+}

@@ -1,0 +1,25 @@
+/**
+ * ip-reputation: the package's public API.
+ *
+ *   import { openSnapshot } from 'ip-reputation';
+ *   const snapshot = openSnapshot('./data');
+ *   snapshot.lookup('8.8.8.8'); // a check result, as POST /v1/check answers it
+ */
+export {
+  openSnapshot,
+  canonicalAddress,
+  Snapshot,
+  type OpenOptions,
+  type CheckResult,
+  type LookupError,
+  type Company,
+  type CompanyType,
+  type Location,
+  type Asn,
+  type SnapshotInfo,
+  type SourceInfo,
+} from './snapshot.js';
+export { buildSnapshot, type BuildOptions, type BuildSummary, type BuildProgress } from './build/build.js';
+export { loadSources, type Source, type SourcesConfig } from './build/sources.js';
+export { IprError, ERROR_CODES, type ErrorCode } from './errors.js';
+export { loadRiskConfig, riskTable, type RiskConfig, type Recommendation } from './risk.js';

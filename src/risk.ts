@@ -1,0 +1,70 @@
+/**
+ * Risk score and recommendation (decisions.md): the points of every flag an
+ * address has, summed and capped; the recommendation follows two thresholds.
+ * Weights and thresholds live in config/risk.json; an operator may point
+ * IPR_RISK_CONFIG (or the `riskConfig` option) at another file.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { IprError } from './errors.js';
+
+export type Recommendation = 'allow' | 'verify' | 'block';
+
+export interface RiskConfig {
+  points: { is_tor: number; is_vpn: number; is_proxy: number; is_relay: number; is_hosting: number };
+  cap: number;
+  verify_from: number;
+  block_from: number;
+}
+
+export interface Risk {
+  score: number;
+  recommendation: Recommendation;
+}
+
+export const DEFAULT_RISK_CONFIG_PATH = fileURLToPath(new URL('../config/risk.json', import.meta.url));
+
+/** Flag bits as the native tables number them (snapshot_format.h). */
+export const FLAG = { tor: 1, vpn: 2, proxy: 4, relay: 8, hosting: 16 } as const;
+
+export function loadRiskConfig(file: string = process.env.IPR_RISK_CONFIG ?? DEFAULT_RISK_CONFIG_PATH): RiskConfig {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    throw new IprError('invalid_argument', `risk configuration ${file}: ${(error as Error).message}`);
+  }
+  const c = parsed as RiskConfig;
+  const numbers = [c?.cap, c?.verify_from, c?.block_from, ...Object.values(c?.points ?? {})];
+  const keys = ['is_tor', 'is_vpn', 'is_proxy', 'is_relay', 'is_hosting'];
+  if (
+    !keys.every((k) => Number.isInteger((c.points as Record<string, unknown>)?.[k])) ||
+    !numbers.every((n) => Number.isInteger(n) && (n as number) >= 0 && (n as number) <= 100) ||
+    c.verify_from > c.block_from
+  ) {
+    throw new IprError(
+      'invalid_argument',
+      `risk configuration ${file}: needs integer points for ${keys.join(', ')}, cap, verify_from <= block_from, all 0-100`,
+    );
+  }
+  return c;
+}
+
+/** The risk of each of the 32 flag combinations, indexed by flag bits. */
+export function riskTable(config: RiskConfig): Risk[] {
+  const table: Risk[] = [];
+  for (let flags = 0; flags < 32; flags++) {
+    const p = config.points;
+    const sum =
+      (flags & FLAG.tor ? p.is_tor : 0) +
+      (flags & FLAG.vpn ? p.is_vpn : 0) +
+      (flags & FLAG.proxy ? p.is_proxy : 0) +
+      (flags & FLAG.relay ? p.is_relay : 0) +
+      (flags & FLAG.hosting ? p.is_hosting : 0);
+    const score = Math.min(sum, config.cap);
+    const recommendation: Recommendation =
+      score >= config.block_from ? 'block' : score >= config.verify_from ? 'verify' : 'allow';
+    table.push(Object.freeze({ score, recommendation }));
+  }
+  return table;
+}
