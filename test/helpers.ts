@@ -1,0 +1,56 @@
+/**
+ * Shared by the tests: where the real data is, the full-dataset snapshot
+ * built once per run (test/setup/build-fixtures.ts), and small snapshots built
+ * from chosen sources in a test's own folder.
+ */
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Test } from 'tap';
+import { buildSnapshot, type BuildSummary } from '../src/index.js';
+import { packageFile, sharedData } from '../bench/addresses.js';
+
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const feeds = path.join(sharedData, 'feeds');
+export { packageFile, sharedData };
+
+/** The data folder holding the snapshot of sources/feeds.sources.json (every real feed, ASN, DB-IP). */
+export const fullDataDir = path.join(root, 'test', '.fixtures', 'full');
+
+export interface SourceSpec {
+  name: string;
+  kind: string;
+  format: string;
+  path?: string;
+  package?: string;
+  company?: { name: string; type: string; domain?: string | null };
+}
+
+const testDirs = new WeakMap<Test, string>();
+
+/** The test's own temporary folder (tap removes it afterwards). */
+export function testDir(t: Test): string {
+  let dir = testDirs.get(t);
+  if (dir === undefined) {
+    dir = t.testdir({}); // each call would empty it again: create it once
+    testDirs.set(t, dir);
+  }
+  return dir;
+}
+
+/** Builds a snapshot from `sources` into a fresh data folder of the test; returns the folder and summary. */
+export async function buildFrom(t: Test, sources: SourceSpec[], name = 'data'): Promise<{ dataDir: string; summary: BuildSummary }> {
+  const dir = testDir(t);
+  const sourcesFile = path.join(dir, `${name}.sources.json`);
+  writeFileSync(sourcesFile, JSON.stringify({ sources }));
+  const dataDir = path.join(dir, name);
+  const summary = await buildSnapshot({ sources: sourcesFile, dataDir });
+  return { dataDir, summary };
+}
+
+/** Writes `text` to a file in the test's folder and returns its path. */
+export function fixtureFile(t: Test, name: string, text: string | Buffer): string {
+  const file = path.join(testDir(t), name);
+  writeFileSync(file, text);
+  return file;
+}
