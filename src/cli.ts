@@ -2,9 +2,17 @@
 /**
  * `ipr`: the operator's command line. `ipr help` lists the commands.
  */
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline/promises';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildSnapshot, type BuildProgress, type BuildSummary } from './build/build.js';
+import { publishedName } from './build/publish.js';
 import { IprError } from './errors.js';
+import { AccountStore, dayOf } from './server/accounts.js';
+import { openapiDocument } from './server/openapi.js';
+import { loadPlans } from './server/plans.js';
+import { serve, type RunningServer } from './server/serve.js';
 import { openSnapshot } from './snapshot.js';
 
 const USAGE = `usage: ipr <command> [options]
@@ -15,6 +23,22 @@ const USAGE = `usage: ipr <command> [options]
          Print the check result of each address, as the API answers it.
   info   [--data DIR]
          Print the published snapshot's metadata: sources, counts, build time.
+  serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N]
+         Serve the API (default port 8080, one worker thread per core).
+  start  [--data DIR] [--port N]
+         Build a snapshot from sources/default.sources.json if DIR has none, then serve (npm start).
+  openapi
+         Print the OpenAPI 3.1 document of the API (npm run openapi writes openapi.json).
+
+  accounts create --email E --plan P        (the password is read from stdin)
+  accounts set-plan --email E --plan P
+  accounts suspend --email E
+  accounts reactivate --email E
+  keys create --account E --name N [--count K] [--allow CIDR,...]
+         Prints each new key once, alone on its line, last on stdout.
+  keys list --account E
+  keys revoke --account E --prefix P
+  keys allow --account E --prefix P --from CIDR,...   (empty: from anywhere)
 
   --data DIR defaults to ./data.`;
 
@@ -129,6 +153,191 @@ function info(args: string[]): void {
   }
 }
 
+const DEFAULT_SOURCES = new URL('../sources/default.sources.json', import.meta.url);
+
+function integerOption(value: string | undefined, name: string, fallback: number | undefined, min = 0): number | undefined {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!(Number.isInteger(n) && n >= min)) throw new UsageError(`${name} takes a whole number from ${min}`);
+  return n;
+}
+
+/** Serves until SIGTERM or SIGINT, then shuts down gracefully and exits 0. */
+async function runServer(server: RunningServer, dataDir: string): Promise<void> {
+  const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
+  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      process.stdout.write(`ipr: ${signal}: finishing requests in flight\n`);
+      void server.close().then(resolve);
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  process.stdout.write('ipr: stopped\n');
+}
+
+const serveOptions = {
+  port: { type: 'string' },
+  host: { type: 'string' },
+  workers: { type: 'string' },
+  'max-keys': { type: 'string' },
+  clock: { type: 'string' },
+} as const;
+
+async function serveCommand(args: string[], buildIfMissing: boolean): Promise<void> {
+  const { values } = options(args, serveOptions);
+  const dataDir = values.data ?? 'data';
+  if (buildIfMissing && publishedName(dataDir) === null) {
+    process.stdout.write(`ipr: no snapshot in ${dataDir}: building one from the default sources (upstream feeds, npm ASN and DB-IP data)\n`);
+    const summary = await buildSnapshot({
+      sources: fileURLToPath(DEFAULT_SOURCES),
+      dataDir,
+      skipUnreachable: true,
+      onProgress: progressPrinter(),
+      onWarning: (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${message}\n`),
+    });
+    if (process.stderr.isTTY) process.stderr.write('\r\x1b[K');
+    printSummary(summary);
+    const skipped = summary.sources.filter((s) => s.skipped);
+    if (skipped.length) process.stdout.write(`ipr: could not reach ${skipped.length} sources: ${skipped.map((s) => s.name).join(', ')}\n`);
+  }
+  const server = await serve({
+    dataDir,
+    port: integerOption(values.port, '--port', 8080)!,
+    ...(values.host ? { host: values.host } : {}),
+    ...(values.workers ? { workers: integerOption(values.workers, '--workers', undefined, 1)! } : {}),
+    ...(values['max-keys'] ? { maxKeys: integerOption(values['max-keys'], '--max-keys', undefined, 1)! } : {}),
+    ...(values.clock ? { clockFile: values.clock } : {}),
+  });
+  if (buildIfMissing) {
+    process.stdout.write(
+      [
+        'ipr: to make a first account and API key:',
+        `  echo 'a password of 10+ characters' | npx ipr accounts create --data ${dataDir} --email you@example.com --plan pro`,
+        `  npx ipr keys create --data ${dataDir} --account you@example.com --name production`,
+        `  curl -s -H "Authorization: Bearer <the key>" -H 'Content-Type: application/json' -d '{"ip":"8.8.8.8"}' http://localhost:${server.port}/v1/check`,
+        '',
+      ].join('\n'),
+    );
+  }
+  await runServer(server, dataDir);
+}
+
+async function readPassword(): Promise<string> {
+  if (process.stdin.isTTY) {
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    const answer = await rl.question('password: ');
+    rl.close();
+    return answer;
+  }
+  return readFileSync(0, 'utf8').replace(/\r?\n$/, '');
+}
+
+function requirePlan(plan: string | undefined): string {
+  if (!plan) throw new UsageError('--plan P is required');
+  const plans = loadPlans();
+  if (!plans.has(plan)) throw new UsageError(`unknown plan "${plan}" (plans: ${[...plans.keys()].join(', ')})`);
+  return plan;
+}
+
+async function accountsCommand(args: string[]): Promise<void> {
+  const [action, ...rest] = args;
+  const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
+  if (!values.email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
+  const store = new AccountStore(values.data ?? 'data');
+  try {
+    switch (action) {
+      case 'create': {
+        const plan = requirePlan(values.plan);
+        const account = await store.createAccount(values.email, await readPassword(), plan);
+        process.stdout.write(`created account ${account.email} (plan ${account.plan})\n`);
+        return;
+      }
+      case 'set-plan': {
+        const account = store.setPlan(values.email, requirePlan(values.plan));
+        process.stdout.write(`${account.email}: plan ${account.plan}\n`);
+        return;
+      }
+      case 'suspend':
+      case 'reactivate': {
+        const account = store.setStatus(values.email, action === 'suspend' ? 'suspended' : 'active');
+        process.stdout.write(`${account.email}: ${account.status}\n`);
+        return;
+      }
+      default:
+        throw new UsageError(`unknown accounts command "${action ?? ''}"`);
+    }
+  } finally {
+    await store.close();
+  }
+}
+
+function cidrList(value: string | undefined): string[] {
+  return value === undefined || value.trim() === '' ? [] : value.split(',').map((s) => s.trim());
+}
+
+async function keysCommand(args: string[]): Promise<void> {
+  const [action, ...rest] = args;
+  const { values } = options(rest, {
+    account: { type: 'string' },
+    name: { type: 'string' },
+    count: { type: 'string' },
+    allow: { type: 'string' },
+    prefix: { type: 'string' },
+    from: { type: 'string' },
+  });
+  if (!values.account) throw new UsageError(`keys ${action ?? ''} needs --account E`);
+  const store = new AccountStore(values.data ?? 'data');
+  try {
+    switch (action) {
+      case 'create': {
+        if (!values.name) throw new UsageError('keys create needs --name N');
+        const count = integerOption(values.count, '--count', 1, 1)!;
+        const keys: string[] = [];
+        for (let i = 0; i < count; i++) {
+          const name = count === 1 ? values.name : `${values.name} ${i + 1}`;
+          const { key, record } = store.createKey(values.account, name, cidrList(values.allow));
+          process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`);
+          keys.push(key);
+        }
+        process.stdout.write(`${keys.join('\n')}\n`);
+        return;
+      }
+      case 'list': {
+        const today = dayOf(Date.now());
+        const rows = store.listKeys(values.account).map((k) => [
+          k.prefix,
+          k.name,
+          k.created.slice(0, 19).replace('T', ' '),
+          k.lastUsed ? k.lastUsed.slice(0, 19).replace('T', ' ') : 'never',
+          k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
+          store.usage(k.id, today),
+          k.allowed.join(',') || 'anywhere',
+        ]);
+        process.stdout.write(`${table([['prefix', 'name', 'created (UTC)', 'last used (UTC)', 'status', 'today', 'allowed from'], ...rows], 99)}\n`);
+        return;
+      }
+      case 'revoke': {
+        if (!values.prefix) throw new UsageError('keys revoke needs --prefix P');
+        const record = store.revokeKey(values.account, values.prefix);
+        process.stdout.write(`revoked key ${record.prefix} "${record.name}"\n`);
+        return;
+      }
+      case 'allow': {
+        if (!values.prefix || values.from === undefined) throw new UsageError('keys allow needs --prefix P --from CIDR,...');
+        const record = store.setAllowed(values.account, values.prefix, cidrList(values.from));
+        process.stdout.write(`key ${record.prefix} allowed from ${record.allowed.join(', ') || 'anywhere'}\n`);
+        return;
+      }
+      default:
+        throw new UsageError(`unknown keys command "${action ?? ''}"`);
+    }
+  } finally {
+    await store.close();
+  }
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
@@ -140,6 +349,21 @@ async function main(argv: string[]): Promise<number> {
         return lookup(rest);
       case 'info':
         info(rest);
+        return 0;
+      case 'serve':
+        await serveCommand(rest, false);
+        return 0;
+      case 'start':
+        await serveCommand(rest, true);
+        return 0;
+      case 'accounts':
+        await accountsCommand(rest);
+        return 0;
+      case 'openapi':
+        process.stdout.write(`${JSON.stringify(openapiDocument(loadPlans()), null, 2)}\n`);
+        return 0;
+      case 'keys':
+        await keysCommand(rest);
         return 0;
       case 'help':
       case '--help':

@@ -7,6 +7,18 @@
 export const ERROR_CODES = {
   // Answers of the API (interface-spec.md section 7 and decisions.md).
   invalid_ip: { status: 400, message: 'The IP address format is invalid' },
+  missing_ip: { status: 400, message: 'The request body has no ip field' },
+  invalid_json: { status: 400, message: 'The request body is not a JSON object' },
+  invalid_batch: { status: 400, message: 'The request body needs an ips array of 1 to 1000 entries' },
+  unauthorized: { status: 401, message: 'Missing or invalid API key' },
+  forbidden: { status: 403, message: 'API key does not have access' },
+  not_found: { status: 404, message: 'No such endpoint' },
+  method_not_allowed: { status: 405, message: 'Method not allowed on this endpoint' },
+  payload_too_large: { status: 413, message: 'The request body is too large' },
+  unsupported_media_type: { status: 415, message: 'Content-Type must be application/json' },
+  rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded' },
+  internal_error: { status: 500, message: 'Server error' },
+  unavailable: { status: 503, message: 'The service is starting or shutting down' },
   // Operator-side failures: snapshots, sources, builds.
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
@@ -19,9 +31,32 @@ export const ERROR_CODES = {
   mmdb_invalid: { status: 500, message: 'The MaxMind DB file is not valid' },
   invalid_argument: { status: 500, message: 'Invalid argument' },
   write_failed: { status: 500, message: 'The snapshot could not be written' },
+  account_exists: { status: 409, message: 'An account with this email exists' },
+  account_missing: { status: 404, message: 'No such account' },
+  key_missing: { status: 404, message: 'No such key' },
+  server_failed: { status: 500, message: 'The server could not start' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The codes the HTTP API answers with: what the OpenAPI document lists. */
+export const API_ERROR_CODES = [
+  'invalid_ip',
+  'missing_ip',
+  'invalid_json',
+  'invalid_batch',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'method_not_allowed',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limit_exceeded',
+  'internal_error',
+  'unavailable',
+] as const satisfies readonly ErrorCode[];
+export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
+
 
 export class IprError extends Error {
   /** Stable, machine-readable: a key of ERROR_CODES. */

@@ -96,11 +96,15 @@ export interface OpenOptions {
 
 const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = native.layout;
 
-/** A mapped record table: JSON texts, decoded on first use. */
+/**
+ * A mapped record table: JSON texts (ASCII, non-ASCII escaped), each read
+ * from the map and decoded on first use, then kept for the snapshot's life.
+ */
 class RecordTable<T> {
   readonly #bytes: Buffer;
   readonly #base: number;
   readonly #decoded: (T | undefined)[];
+  readonly #texts: (string | undefined)[];
 
   constructor(table: ArrayBuffer) {
     this.#bytes = Buffer.from(table);
@@ -109,13 +113,21 @@ class RecordTable<T> {
     // Filled, not `new Array(count)`: V8 keeps arrays made that way with more
     // than 100k elements in dictionary mode, a hash lookup per access.
     this.#decoded = Array.from({ length: count }, () => undefined);
+    this.#texts = Array.from({ length: count }, () => undefined);
   }
 
+  /** The record's JSON text. */
   text(id: number): string {
-    const at = 8 + 4 * id;
-    return this.#bytes.toString('latin1', this.#base + this.#bytes.readUInt32LE(at), this.#base + this.#bytes.readUInt32LE(at + 4));
+    let text = this.#texts[id];
+    if (text === undefined) {
+      const at = 8 + 4 * id;
+      text = this.#bytes.toString('latin1', this.#base + this.#bytes.readUInt32LE(at), this.#base + this.#bytes.readUInt32LE(at + 4));
+      this.#texts[id] = text;
+    }
+    return text;
   }
 
+  /** The record decoded, frozen and shared. */
   get(id: number): T {
     let value = this.#decoded[id];
     if (value === undefined) {
@@ -137,6 +149,8 @@ export class Snapshot {
   readonly #words: Uint32Array;
   readonly #text: Buffer;
   readonly #risk: Risk[];
+  /** Per flag combination: the JSON text from `,"is_vpn"` to the recommendation. */
+  readonly #flagsJson: string[];
   #generation = -1;
   #companies!: RecordTable<Company>;
   #asns!: RecordTable<AsnRecord>;
@@ -147,6 +161,12 @@ export class Snapshot {
   /** Use {@link openSnapshot}. */
   constructor(dataDir: string, options: OpenOptions = {}) {
     this.#risk = riskTable(typeof options.risk === 'object' ? options.risk : loadRiskConfig(options.risk));
+    this.#flagsJson = this.#risk.map(
+      (risk, flags) =>
+        `,"is_vpn":${(flags & FLAG.vpn) !== 0},"is_proxy":${(flags & FLAG.proxy) !== 0},"is_tor":${(flags & FLAG.tor) !== 0}` +
+        `,"is_relay":${(flags & FLAG.relay) !== 0},"is_hosting":${(flags & FLAG.hosting) !== 0}` +
+        `,"risk_score":${risk.score},"recommendation":"${risk.recommendation}"`,
+    );
     this.#out = new ArrayBuffer(headerBytes + entryBytes * BATCH);
     this.#words = new Uint32Array(this.#out);
     this.#text = Buffer.from(this.#out);
@@ -170,6 +190,36 @@ export class Snapshot {
     this.#assertOpen();
     if (typeof ip !== 'string' || this.#handle.lookup(ip) === 0) throw invalidIp(ip);
     return this.#result(ip, 0);
+  }
+
+  /**
+   * The check result of one address as JSON text, exactly what
+   * `JSON.stringify(lookup(ip))` means (non-ASCII characters escaped), built
+   * from the record texts without making objects; null when `ip` is not an
+   * address. For servers.
+   */
+  lookupJson(ip: unknown): string | null {
+    this.#assertOpen();
+    if (typeof ip !== 'string' || this.#handle.lookup(ip) === 0) return null;
+    return this.#json(ip, 0);
+  }
+
+  /**
+   * JSON texts for many addresses, in order: a check result, or the
+   * invalid_ip error object of an entry that is not an address.
+   */
+  lookupManyJson(ips: readonly unknown[]): string[] {
+    this.#assertOpen();
+    const out: string[] = new Array(ips.length);
+    for (let from = 0; from < ips.length; from += BATCH) {
+      const count = this.#handle.lookupBatch(ips, from, Math.min(BATCH, ips.length - from));
+      for (let i = 0; i < count; i++) {
+        const input = ips[from + i];
+        out[from + i] =
+          this.#words[(headerBytes + entryBytes * i) >> 2] === 0 ? JSON.stringify(lookupError(input)) : this.#json(input as string, i);
+      }
+    }
+    return out;
   }
 
   /**
@@ -232,6 +282,31 @@ export class Snapshot {
     this.#asns = new RecordTable(asns);
     this.#locations = new RecordTable(locations);
     this.#generation = this.#words[0]!;
+  }
+
+  #json(input: string, entry: number): string {
+    if (this.#words[0] !== this.#generation) this.#syncRecords();
+    const w = (headerBytes + entryBytes * entry) >> 2;
+    const words = this.#words;
+    const ipLength = words[w + Entry.IpTextLength]!;
+    const textAt = headerBytes + entryBytes * entry + entryTextOffset;
+    const company = words[w + Entry.Company]!;
+    const asnId = words[w + Entry.Asn]!;
+    const location = words[w + Entry.Location]!;
+    // Canonical address texts are digits, hex, dots and colons: no escaping needed.
+    const ip = ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength);
+    let asn = 'null';
+    if (asnId !== NO_RECORD) {
+      const record = this.#asns.text(asnId);
+      const routeAt = textAt + ipLength;
+      const route = this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!);
+      asn = `${record.slice(0, -1)},"route":"${route}"}`;
+    }
+    return (
+      `{"ip":"${ip}"${this.#flagsJson[words[w + Entry.Flags]!]}` +
+      `,"company":${company === NO_RECORD ? 'null' : this.#companies.text(company)}` +
+      `,"location":${location === NO_RECORD ? 'null' : this.#locations.text(location)},"asn":${asn}}`
+    );
   }
 
   #result(input: string, entry: number): CheckResult {

@@ -1,0 +1,35 @@
+/**
+ * The time limits and usage are counted in. Normally the system clock; with
+ * `ipr serve --clock FILE` (for tests) a time every thread reads from shared
+ * memory, which the main thread sets from FILE (Unix milliseconds or an ISO
+ * date) whenever the file changes: day rollover and per-second windows can
+ * then be tested without waiting or racing.
+ */
+export interface Clock {
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+export class SharedClock implements Clock {
+  readonly #time: Float64Array;
+
+  constructor(readonly buffer: SharedArrayBuffer = new SharedArrayBuffer(8)) {
+    this.#time = new Float64Array(buffer);
+  }
+
+  now(): number {
+    return this.#time[0]!;
+  }
+
+  set(ms: number): void {
+    this.#time[0] = ms;
+  }
+}
+
+/** Parses a clock file's text: Unix milliseconds or an ISO date. */
+export function parseClockText(text: string): number | null {
+  const t = text.trim();
+  const ms = /^[0-9]+$/.test(t) ? Number(t) : Date.parse(t);
+  return Number.isFinite(ms) ? ms : null;
+}

@@ -1,0 +1,360 @@
+/**
+ * The HTTP API of one worker thread, on uWebSockets.js: routes, the order of
+ * checks of decisions.md, and the exact status, headers and body of every
+ * answer. State shared between workers (the snapshot mapping, the limit
+ * counters, the account store) is passed in.
+ *
+ * uWebSockets.js rules followed here: everything needed from the request is
+ * read in the synchronous top of a handler (the request object dies after
+ * it); onAborted is registered before waiting for the body; body chunks are
+ * used or copied inside their callback; writes after the top are corked.
+ */
+import { hash } from 'node:crypto';
+import ipaddr from 'ipaddr.js';
+import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
+import { ERROR_CODES, inputAsText, type ApiErrorCode } from '../errors.js';
+import type { Snapshot } from '../snapshot.js';
+import type { AccountStore } from './accounts.js';
+import type { Clock } from './clock.js';
+import type { Limits, Verdict } from './limits.js';
+import type { Plan } from './plans.js';
+
+/** decisions.md: a /v1/check body over 8 KiB is refused. */
+export const MAX_CHECK_BODY = 8 * 1024;
+/** A batch of 1,000 full-length IPv6 addresses fits. */
+export const MAX_BATCH_BODY = 64 * 1024;
+export const MAX_BATCH = 1000;
+
+export interface ApiContext {
+  snapshot: Snapshot;
+  store: AccountStore;
+  limits: Limits;
+  plans: Map<string, Plan>;
+  clock: Clock;
+  /** The OpenAPI document, as served. */
+  openapi: string;
+  /** Requests per second allowed to a client address without a valid key. */
+  unkeyedPerSecond: number;
+  /** True once the server is shutting down: health answers 503, connections close after their answer. */
+  draining(): boolean;
+  /** Requests being answered, for a graceful shutdown. */
+  inflight: { count: number };
+  onError(error: unknown, route: string): void;
+}
+
+const STATUS: Record<number, string> = {
+  200: '200 OK',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  403: '403 Forbidden',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
+  429: '429 Too Many Requests',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
+};
+const JSON_TYPE = 'application/json; charset=utf-8';
+const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
+
+/** The error body of spec 2.3. */
+export function errorBody(code: ApiErrorCode, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
+  return JSON.stringify({ error: code, message, details });
+}
+
+/** A cached answer to "what may this key do", valid until the store's version changes. */
+interface KeyGrant {
+  id: number;
+  revoked: boolean;
+  suspended: boolean;
+  plan: Plan | undefined;
+  allowed: [ipaddr.IPv4 | ipaddr.IPv6, number][] | null;
+}
+
+type Auth = { grant: KeyGrant; status: 200 } | { grant: null; status: 401 | 403 };
+
+/** The rate-limit headers of a verdict, copied out (the verdict object is reused). */
+type Window = [limit: number, remaining: number, reset: number];
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+function isJsonContentType(value: string): boolean {
+  const semicolon = value.indexOf(';');
+  return (semicolon < 0 ? value : value.slice(0, semicolon)).trim().toLowerCase() === 'application/json';
+}
+
+/** The client address as 16 bytes, IPv4 as IPv4-mapped. */
+function clientBytes(raw: ArrayBuffer): Uint8Array {
+  const bytes = new Uint8Array(16);
+  const from = new Uint8Array(raw);
+  if (from.length === 4) {
+    bytes[10] = 0xff;
+    bytes[11] = 0xff;
+    bytes.set(from, 12);
+  } else {
+    bytes.set(from.subarray(0, 16));
+  }
+  return bytes;
+}
+
+function clientAddress(bytes: Uint8Array): ipaddr.IPv4 | ipaddr.IPv6 {
+  const v6 = ipaddr.fromByteArray([...bytes]) as ipaddr.IPv6;
+  return v6.isIPv4MappedAddress() ? v6.toIPv4Address() : v6;
+}
+
+export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
+  const grants = new Map<string, KeyGrant>();
+  let grantsVersion = -1;
+
+  function grantFor(key: string): KeyGrant | null {
+    const version = ctx.store.version();
+    if (version !== grantsVersion) {
+      grants.clear();
+      grantsVersion = version;
+    }
+    const digest = hash('sha256', key, 'hex');
+    let grant = grants.get(digest);
+    if (grant === undefined) {
+      const record = ctx.store.keyByDigest(digest);
+      if (record === undefined) return null; // unknown keys are not cached: the table stays bounded
+      const account = ctx.store.account(record.account);
+      grant = {
+        id: record.id,
+        revoked: record.revoked !== null,
+        suspended: account?.status !== 'active',
+        plan: account ? ctx.plans.get(account.plan) : undefined,
+        allowed: record.allowed.length === 0 ? null : record.allowed.map((a) => (a.includes('/') ? ipaddr.parseCIDR(a) : [ipaddr.parse(a), a.includes(':') ? 128 : 32])),
+      };
+      grants.set(digest, grant);
+    }
+    return grant;
+  }
+
+  function authenticate(header: string, client: Uint8Array): Auth {
+    // "Bearer <key>": the scheme is case-insensitive (RFC 9110), the key is URL-safe text.
+    const match = /^bearer +([A-Za-z0-9_-]{16,256})$/i.exec(header);
+    if (match === null) return { grant: null, status: 401 };
+    const grant = grantFor(match[1]!);
+    if (grant === null || grant.revoked) return { grant: null, status: 401 };
+    if (grant.suspended || grant.plan === undefined) return { grant: null, status: 403 };
+    if (grant.allowed !== null) {
+      const address = clientAddress(client);
+      const allowed = grant.allowed.some(([range, len]) => range.kind() === address.kind() && address.match(range as never, len));
+      if (!allowed) return { grant: null, status: 403 };
+    }
+    if (grant.id >= ctx.limits.maxKeys) throw new Error(`key id ${grant.id} beyond the limit table (${ctx.limits.maxKeys} keys): restart with a larger --max-keys`);
+    return { grant, status: 200 };
+  }
+
+  function window(v: Verdict): Window {
+    return [v.limit, v.remaining, v.reset];
+  }
+
+  function send(
+    res: HttpResponse,
+    state: RequestState,
+    status: number,
+    body: string,
+    limits: Window | null,
+    extra?: [string, string][],
+    closeConnection = false,
+  ): void {
+    if (state.done) return;
+    state.done = true;
+    ctx.inflight.count--;
+    if (state.aborted) return;
+    const close = closeConnection || ctx.draining();
+    res.cork(() => {
+      res.writeStatus(STATUS[status]!);
+      res.writeHeader('Content-Type', JSON_TYPE);
+      if (limits !== null) {
+        res.writeHeader('X-RateLimit-Limit', String(limits[0]));
+        res.writeHeader('X-RateLimit-Remaining', String(limits[1]));
+        res.writeHeader('X-RateLimit-Reset', String(limits[2]));
+      }
+      if (extra) for (const [name, value] of extra) res.writeHeader(name, value);
+      res.end(body, close);
+    });
+  }
+
+  function sendError(
+    res: HttpResponse,
+    state: RequestState,
+    code: ApiErrorCode,
+    limits: Window | null,
+    details?: Record<string, unknown>,
+    closeConnection = false,
+  ): void {
+    send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits, undefined, closeConnection);
+  }
+
+  function sendLimited(res: HttpResponse, state: RequestState, v: Verdict): void {
+    const message = v.refusedBy === 'day' ? ERROR_CODES.rate_limit_exceeded.message : PER_SECOND_MESSAGE;
+    const body = JSON.stringify({ error: 'rate_limit_exceeded', message, details: {}, retry_after: v.retryAfter });
+    send(res, state, 429, body, window(v), [['Retry-After', String(v.retryAfter)]]);
+  }
+
+  interface RequestState {
+    aborted: boolean;
+    done: boolean;
+  }
+
+  /**
+   * The shared first part of /check and /check/batch: authentication (401,
+   * 403, with the per-address limit), then one request against the key's
+   * limits (429), then the body (413, 415). Calls `withBody` with the body
+   * text and the key's grant and window; any throw answers 500.
+   */
+  function keyed(route: string, maxBody: number, withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window) => void) {
+    return (res: HttpResponse, req: HttpRequest): void => {
+      const state: RequestState = { aborted: false, done: false };
+      ctx.inflight.count++;
+      res.onAborted(() => {
+        state.aborted = true;
+        if (!state.done) {
+          state.done = true;
+          ctx.inflight.count--;
+        }
+      });
+      try {
+        const authorization = req.getHeader('authorization');
+        const contentType = req.getHeader('content-type');
+        const declaredLength = req.getHeader('content-length');
+        const client = clientBytes(res.getRemoteAddress());
+        const now = ctx.clock.now();
+
+        const auth = authenticate(authorization, client);
+        if (auth.grant === null) {
+          const v = ctx.limits.admitAddress(client, ctx.unkeyedPerSecond, now);
+          if (!v.admitted) sendLimited(res, state, v);
+          else sendError(res, state, auth.status === 401 ? 'unauthorized' : 'forbidden', window(v));
+          return;
+        }
+        const v = ctx.limits.admitKey(auth.grant.id, auth.grant.plan!, now);
+        if (!v.admitted) {
+          sendLimited(res, state, v);
+          return;
+        }
+        const limits = window(v);
+        const grant = auth.grant;
+        if (declaredLength !== '' && Number(declaredLength) > maxBody) {
+          // Do not read a body announced too large: answer and close.
+          sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+          return;
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.onData((chunk, isLast) => {
+          if (state.done) return;
+          try {
+            size += chunk.byteLength;
+            if (size > maxBody) {
+              sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+              return;
+            }
+            if (!isLast) {
+              chunks.push(Buffer.from(chunk.slice(0))); // the chunk dies with this callback: copy
+              return;
+            }
+            if (!isJsonContentType(contentType)) {
+              sendError(res, state, 'unsupported_media_type', limits);
+              return;
+            }
+            const last = new Uint8Array(chunk);
+            let text: string;
+            try {
+              text = utf8.decode(chunks.length === 0 ? last : Buffer.concat([...chunks, last]));
+            } catch {
+              sendError(res, state, 'invalid_json', limits, { reason: 'the body is not UTF-8' });
+              return;
+            }
+            withBody(res, state, text, grant, limits);
+          } catch (error) {
+            ctx.onError(error, route);
+            sendError(res, state, 'internal_error', limits);
+          }
+        });
+      } catch (error) {
+        ctx.onError(error, route);
+        sendError(res, state, 'internal_error', null);
+      }
+    };
+  }
+
+  function parseObject(text: string): Record<string, unknown> | null {
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return null;
+    }
+    return typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as Record<string, unknown>) : null;
+  }
+
+  app.post(
+    '/v1/check',
+    keyed('/v1/check', MAX_CHECK_BODY, (res, state, text, _grant, limits) => {
+      const body = parseObject(text);
+      if (body === null) return sendError(res, state, 'invalid_json', limits);
+      const ip = body.ip;
+      if (ip === undefined || ip === null) return sendError(res, state, 'missing_ip', limits);
+      const result = ctx.snapshot.lookupJson(ip);
+      if (result === null) return sendError(res, state, 'invalid_ip', limits, { ip: inputAsText(ip) });
+      send(res, state, 200, result, limits);
+    }),
+  );
+
+  app.post(
+    '/v1/check/batch',
+    keyed('/v1/check/batch', MAX_BATCH_BODY, (res, state, text, grant, limits) => {
+      const body = parseObject(text);
+      if (body === null) return sendError(res, state, 'invalid_json', limits);
+      const ips = body.ips;
+      if (!Array.isArray(ips) || ips.length === 0 || ips.length > MAX_BATCH) {
+        return sendError(res, state, 'invalid_batch', limits, { max: MAX_BATCH });
+      }
+      // One request was counted already; the batch counts one per address.
+      let window_ = limits;
+      if (ips.length > 1) {
+        const v = ctx.limits.admitKey(grant.id, grant.plan!, ctx.clock.now(), ips.length - 1);
+        if (!v.admitted) return sendLimited(res, state, v);
+        window_ = window(v);
+      }
+      send(res, state, 200, `{"results":[${ctx.snapshot.lookupManyJson(ips).join(',')}]}`, window_);
+    }),
+  );
+
+  app.get('/v1/health', (res) => {
+    const state: RequestState = { aborted: false, done: false };
+    ctx.inflight.count++;
+    const healthy = !ctx.draining();
+    send(res, state, healthy ? 200 : 503, healthy ? '{"status":"healthy"}' : '{"status":"unavailable"}', null);
+  });
+
+  app.get('/v1/openapi.json', (res) => {
+    const state: RequestState = { aborted: false, done: false };
+    ctx.inflight.count++;
+    send(res, state, 200, ctx.openapi, null);
+  });
+
+  const allow: [string, string][] = [
+    ['/v1/check', 'POST'],
+    ['/v1/check/batch', 'POST'],
+    ['/v1/health', 'GET'],
+    ['/v1/openapi.json', 'GET'],
+  ];
+  for (const [path, methods] of allow) {
+    app.any(path, (res) => {
+      const state: RequestState = { aborted: false, done: false };
+      ctx.inflight.count++;
+      send(res, state, 405, errorBody('method_not_allowed', { allowed: methods.split(', ') }), null, [['Allow', methods]]);
+    });
+  }
+  app.any('/*', (res) => {
+    const state: RequestState = { aborted: false, done: false };
+    ctx.inflight.count++;
+    send(res, state, 404, errorBody('not_found'), null);
+  });
+  return app;
+}

@@ -1,0 +1,181 @@
+/**
+ * `ipr serve`: the main thread of a server. It opens the published snapshot
+ * (and watches for newer ones: the mapping is per process, so every worker
+ * moves with it), creates the shared limit table, loads the day's usage,
+ * starts the worker threads on one port, persists usage every second, and on
+ * close drains the workers, flushes, and returns.
+ */
+import { readFileSync, unwatchFile, watchFile } from 'node:fs';
+import os from 'node:os';
+import { Worker } from 'node:worker_threads';
+import { IprError } from '../errors.js';
+import { openSnapshot } from '../snapshot.js';
+import { AccountStore } from './accounts.js';
+import { parseClockText, SharedClock, systemClock, type Clock } from './clock.js';
+import { createLimitState, Limits } from './limits.js';
+import { createLogger, type Logger } from './log.js';
+import { openapiDocument } from './openapi.js';
+import { loadPlans } from './plans.js';
+import { UsageRecorder } from './usage.js';
+import { loadUws } from './uws.js';
+import type { FromWorker, WorkerData } from './worker.js';
+
+export interface ServeOptions {
+  dataDir: string;
+  port: number;
+  host?: string;
+  /** Worker threads (default: one per core). */
+  workers?: number;
+  /** Test clock: a file holding Unix milliseconds or an ISO date (see clock.ts). */
+  clockFile?: string;
+  /** Capacity of the shared limit table: keys with a higher id cannot be served. */
+  maxKeys?: number;
+  /** Requests per second per client address without a valid key (decisions.md: 20). */
+  unkeyedPerSecond?: number;
+  /** How often to look for a newly published snapshot, ms. */
+  watchMs?: number;
+  log?: Logger;
+}
+
+export interface RunningServer {
+  host: string;
+  port: number;
+  workers: number;
+  /** Stops accepting, answers what is in flight, flushes usage; resolves when done. */
+  close(): Promise<void>;
+}
+
+const USAGE_FLUSH_MS = 1000;
+const DRAIN_TIMEOUT_MS = 10_000;
+
+export async function serve(options: ServeOptions): Promise<RunningServer> {
+  const log = options.log ?? createLogger({ role: 'main' });
+  const host = options.host ?? '0.0.0.0';
+  const workerCount = options.workers ?? os.availableParallelism();
+  if (!(Number.isInteger(workerCount) && workerCount >= 1)) throw new IprError('invalid_argument', '--workers takes a whole number from 1');
+  loadUws(); // fail here, before anything starts, when only the fallback would load
+
+  const snapshot = openSnapshot(options.dataDir, {
+    watch: options.watchMs ?? 250,
+    onRefreshError: (error) => log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one'),
+  });
+  const store = new AccountStore(options.dataDir);
+  const plans = loadPlans();
+  const openapi = JSON.stringify(openapiDocument(plans));
+
+  let clock: Clock = systemClock;
+  let sharedClock: SharedClock | null = null;
+  if (options.clockFile !== undefined) {
+    const file = options.clockFile;
+    sharedClock = new SharedClock();
+    const read = () => {
+      try {
+        const ms = parseClockText(readFileSync(file, 'utf8'));
+        if (ms !== null) sharedClock!.set(ms);
+      } catch {
+        // absent or being rewritten: keep the last time
+      }
+    };
+    read();
+    if (sharedClock.now() === 0) throw new IprError('invalid_argument', `--clock ${file}: no time in it (Unix milliseconds or an ISO date)`);
+    watchFile(file, { interval: 20 }, read);
+    clock = sharedClock;
+  }
+
+  const limitState = createLimitState(options.maxKeys ?? 1 << 20);
+  const usage = new UsageRecorder(store, new Limits(limitState), clock);
+  usage.load();
+
+  const workers: Worker[] = [];
+  const start = (index: number, port: number) =>
+    new Promise<{ worker: Worker; port: number }>((resolve, reject) => {
+      const data: WorkerData = {
+        index,
+        dataDir: options.dataDir,
+        host,
+        port,
+        limitState,
+        clock: sharedClock?.buffer ?? null,
+        unkeyedPerSecond: options.unkeyedPerSecond ?? 20,
+        openapi,
+      };
+      const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: data });
+      const onMessage = (m: FromWorker) => {
+        if (m.type === 'listening') resolve({ worker, port: m.port });
+        if (m.type === 'failed') reject(new IprError('server_failed', `worker ${index}: ${m.message}`));
+      };
+      worker.on('message', onMessage);
+      worker.once('error', (error) => reject(new IprError('server_failed', `worker ${index}: ${error.message}`)));
+    });
+
+  let port = options.port;
+  try {
+    // The first worker binds (port 0 picks a free one); the others join its port.
+    for (let i = 0; i < workerCount; i++) {
+      const started = await start(i, port);
+      port = started.port;
+      workers.push(started.worker);
+    }
+  } catch (error) {
+    await Promise.all(workers.map((w) => w.terminate()));
+    snapshot.close();
+    await store.close();
+    if (sharedClock) unwatchFile(options.clockFile!);
+    throw error;
+  }
+
+  // A handler never lets an error escape, but should a worker die anyway,
+  // log it and put a new one on the port.
+  const watchWorker = (worker: Worker, index: number) => {
+    worker.once('exit', (code) => {
+      if (closing !== null) return;
+      log.error({ worker: index, code }, 'worker exited; starting another');
+      start(index, port).then(
+        ({ worker: next }) => {
+          workers[index] = next;
+          watchWorker(next, index);
+        },
+        (error: Error) => log.error({ err: error }, 'could not restart a worker'),
+      );
+    });
+  };
+  workers.forEach(watchWorker);
+
+  const flush = () => {
+    try {
+      usage.flush();
+    } catch (error) {
+      log.error({ err: error }, 'usage flush failed');
+    }
+  };
+  const flushTimer = setInterval(flush, USAGE_FLUSH_MS);
+
+  let closing: Promise<void> | null = null;
+  const close = () => {
+    closing ??= (async () => {
+      await Promise.all(
+        workers.map(
+          (w) =>
+            new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, DRAIN_TIMEOUT_MS);
+              w.on('message', (m: FromWorker) => {
+                if (m.type === 'drained') {
+                  clearTimeout(timer);
+                  resolve();
+                }
+              });
+              w.postMessage({ type: 'drain' });
+            }),
+        ),
+      );
+      await Promise.all(workers.map((w) => w.terminate()));
+      clearInterval(flushTimer);
+      flush();
+      if (sharedClock) unwatchFile(options.clockFile!);
+      snapshot.close();
+      await store.close();
+    })();
+    return closing;
+  };
+  return { host, port, workers: workerCount, close };
+}

@@ -1,0 +1,69 @@
+/**
+ * Persists what the workers counted: every second the main thread copies each
+ * key's daily count (and the final count of the day before, after a
+ * rollover) and its last use from the shared limit table into the account
+ * store. A kill -9 loses at most the last second. On start the day's counts
+ * are loaded back, so limits hold across restarts.
+ */
+import type { AccountStore } from './accounts.js';
+import { dayOf } from './accounts.js';
+import type { Clock } from './clock.js';
+import type { Limits } from './limits.js';
+
+const DAY_MS = 86_400_000;
+
+export class UsageRecorder {
+  /** id -> what was last written: "day:count", and the last use written. */
+  readonly #written = new Map<number, { count: string; prev: string; lastUsedMs: number }>();
+
+  constructor(
+    private readonly store: AccountStore,
+    private readonly limits: Limits,
+    private readonly clock: Clock,
+  ) {}
+
+  #keyCount(): number {
+    return Math.min(this.store.nextKeyId(), this.limits.maxKeys);
+  }
+
+  /** Loads today's persisted counts into the limit table. */
+  load(): void {
+    const now = this.clock.now();
+    const today = dayOf(now);
+    for (let id = 0; id < this.#keyCount(); id++) {
+      const requests = this.store.usage(id, today);
+      if (requests > 0) {
+        this.limits.loadKeyUsage(id, now, requests);
+        this.#written.set(id, { count: `${Math.floor(now / DAY_MS)}:${requests}`, prev: '', lastUsedMs: 0 });
+      }
+    }
+  }
+
+  /** Writes every count and last use that changed since the previous flush. */
+  flush(): void {
+    const counts: { id: number; day: string; requests: number }[] = [];
+    const lastUsed: { id: number; at: string }[] = [];
+    for (let id = 0; id < this.#keyCount(); id++) {
+      const k = this.limits.readKey(id);
+      if (k.day === 0) continue;
+      const done = this.#written.get(id) ?? { count: '', prev: '', lastUsedMs: 0 };
+      const count = `${k.day}:${k.requests}`;
+      const prev = `${k.prevDay}:${k.prevRequests}`;
+      let changed = false;
+      if (count !== done.count) {
+        counts.push({ id, day: dayOf(k.day * DAY_MS), requests: k.requests });
+        changed = true;
+      }
+      if (k.prevDay !== 0 && prev !== done.prev) {
+        counts.push({ id, day: dayOf(k.prevDay * DAY_MS), requests: k.prevRequests });
+        changed = true;
+      }
+      if (k.lastUsedMs > done.lastUsedMs) {
+        lastUsed.push({ id, at: new Date(k.lastUsedMs).toISOString() });
+        changed = true;
+      }
+      if (changed) this.#written.set(id, { count, prev, lastUsedMs: Math.max(k.lastUsedMs, done.lastUsedMs) });
+    }
+    this.store.recordUsage(counts, lastUsed);
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * A server worker thread: one uWebSockets.js app listening on the shared
+ * port (the kernel spreads connections over the workers' sockets), answering
+ * from the process-wide snapshot mapping, the shared limit table and the
+ * account store.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { openSnapshot } from '../snapshot.js';
+import { AccountStore } from './accounts.js';
+import { SharedClock, systemClock } from './clock.js';
+import { createApi } from './http.js';
+import { Limits, type SharedLimitState } from './limits.js';
+import { createLogger } from './log.js';
+import { loadPlans } from './plans.js';
+import { loadUws } from './uws.js';
+
+export interface WorkerData {
+  index: number;
+  dataDir: string;
+  host: string;
+  port: number;
+  limitState: SharedLimitState;
+  /** Set when the server runs on a test clock. */
+  clock: SharedArrayBuffer | null;
+  unkeyedPerSecond: number;
+  openapi: string;
+}
+
+/** Messages from the main thread. */
+export type ToWorker = { type: 'drain' };
+/** Messages to the main thread. */
+export type FromWorker = { type: 'listening'; port: number } | { type: 'failed'; message: string } | { type: 'drained' };
+
+const data = workerData as WorkerData;
+const port = parentPort!;
+const post = (m: FromWorker) => port.postMessage(m);
+const log = createLogger({ worker: data.index });
+
+try {
+  const uws = loadUws();
+  const snapshot = openSnapshot(data.dataDir);
+  const store = new AccountStore(data.dataDir);
+  let draining = false;
+  const inflight = { count: 0 };
+  const app = createApi(uws.App(), {
+    snapshot,
+    store,
+    limits: new Limits(data.limitState),
+    plans: loadPlans(),
+    clock: data.clock ? new SharedClock(data.clock) : systemClock,
+    openapi: data.openapi,
+    unkeyedPerSecond: data.unkeyedPerSecond,
+    draining: () => draining,
+    inflight,
+    onError: (error, route) => log.error({ route, err: error }, 'request failed'),
+  });
+  let listenSocket: unknown = null;
+  app.listen(data.host, data.port, (token) => {
+    if (!token) {
+      post({ type: 'failed', message: `cannot listen on ${data.host}:${data.port}` });
+      return;
+    }
+    listenSocket = token;
+    post({ type: 'listening', port: uws.us_socket_local_port(token) });
+  });
+  port.on('message', (message: ToWorker) => {
+    if (message.type !== 'drain' || draining) return;
+    draining = true;
+    if (listenSocket) uws.us_listen_socket_close(listenSocket as never);
+    // Requests already accepted are answered (with Connection: close); then report.
+    const waitForInflight = () => {
+      if (inflight.count > 0) {
+        setTimeout(waitForInflight, 5);
+        return;
+      }
+      snapshot.close();
+      void store.close().then(() => post({ type: 'drained' }));
+    };
+    waitForInflight();
+  });
+} catch (error) {
+  post({ type: 'failed', message: error instanceof Error ? error.message : String(error) });
+}
