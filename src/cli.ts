@@ -59,7 +59,7 @@ function formatBytes(bytes: number): string {
 function table(rows: (string | number)[][], rightFrom: number): string {
   const text = rows.map((r) => r.map((c) => (typeof c === 'number' ? c.toLocaleString('en-US') : c)));
   const widths = text[0]!.map((_, i) => Math.max(...text.map((r) => r[i]!.length)));
-  return text.map((r) => r.map((c, i) => (i >= rightFrom ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ')).join('\n');
+  return text.map((r) => r.map((c, i) => (i >= rightFrom ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }
 
 function progressPrinter(): (event: BuildProgress) => void {

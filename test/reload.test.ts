@@ -105,6 +105,8 @@ t.test('worker threads share one mapping and move together', async (t) => {
     });`;
   const module = pathToFileURL(path.join(root, 'dist', 'index.js')).href;
   const workers = [0, 1].map(() => new Worker(code, { eval: true, workerData: { module, dataDir } }));
+  // Listen for the exits now: one worker may end before the other has answered.
+  const exited = Promise.all(workers.map((w) => new Promise((resolve) => w.once('exit', resolve))));
   const ask = (w: Worker, m: object) => new Promise<unknown>((resolve) => w.once('message', resolve));
   await Promise.all(workers.map((w) => ask(w, {})));
   const asked = (m: object) => Promise.all(workers.map((w) => { const p = ask(w, m); w.postMessage(m); return p; }));
@@ -117,5 +119,5 @@ t.test('worker threads share one mapping and move together', async (t) => {
   t.same(await asked({ ips: [VPN_IP, TOR_IP], refresh: true }), [[[false, false], [false, true]], [[false, false], [false, true]]]);
   t.equal(main.lookup(TOR_IP).is_tor, true, 'the main thread sees the swap another thread made');
   await asked({ ips: [], close: true });
-  await Promise.all(workers.map((w) => new Promise((resolve) => w.once('exit', resolve))));
+  await exited;
 });
