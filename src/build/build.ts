@@ -92,6 +92,10 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
   const records = new Records();
   const summaries: SourceSummary[] = [];
 
+  // Downloads run side by side; imports then run in the configuration's order.
+  const files = await Promise.all(
+    config.sources.map((source) => resolveFile(config, source, options.dataDir, warn).then((file) => ({ file }), (error: unknown) => ({ error }))),
+  );
   for (const [index, source] of config.sources.entries()) {
     const sourceStart = process.hrtime.bigint();
     const report = (fraction: number) =>
@@ -99,7 +103,9 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
     report(0);
     let file: string;
     try {
-      file = await resolveFile(config, source, options.dataDir, warn);
+      const resolved = files[index]!;
+      if ('error' in resolved) throw resolved.error;
+      file = resolved.file;
     } catch (error) {
       if (!options.skipUnreachable || !(error instanceof IprError) || error.code !== 'source_unreadable') throw error;
       warn(`${error.message}; building without it`);
