@@ -6,6 +6,7 @@
  * close drains the workers, flushes, and returns.
  */
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
@@ -46,7 +47,36 @@ export interface RunningServer {
 }
 
 const USAGE_FLUSH_MS = 1000;
-const DRAIN_TIMEOUT_MS = 10_000;
+/** Answers in flight plus uWS's 10 s idle timeout for keep-alive connections, with room. */
+const DRAIN_TIMEOUT_MS = 30_000;
+
+/** A free port, for --port 0: uSockets shares a port between workers (SO_REUSEPORT) only when it is named. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.once('error', reject);
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** Asks a worker to drain and waits until its thread has ended (never terminate(): see worker.ts). */
+function drain(worker: Worker, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (worker.threadId === -1) {
+      resolve(true);
+      return;
+    }
+    const timer = setTimeout(() => resolve(false), timeoutMs);
+    worker.once('exit', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+    worker.postMessage({ type: 'drain' });
+  });
+}
 
 export async function serve(options: ServeOptions): Promise<RunningServer> {
   const log = options.log ?? createLogger({ role: 'main' });
@@ -108,16 +138,11 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       worker.once('error', (error) => reject(new IprError('server_failed', `worker ${index}: ${error.message}`)));
     });
 
-  let port = options.port;
+  const port = options.port === 0 ? await freePort(host) : options.port;
   try {
-    // The first worker binds (port 0 picks a free one); the others join its port.
-    for (let i = 0; i < workerCount; i++) {
-      const started = await start(i, port);
-      port = started.port;
-      workers.push(started.worker);
-    }
+    for (let i = 0; i < workerCount; i++) workers.push((await start(i, port)).worker);
   } catch (error) {
-    await Promise.all(workers.map((w) => w.terminate()));
+    await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
     snapshot.close();
     await store.close();
     if (sharedClock) unwatchFile(options.clockFile!);
@@ -153,22 +178,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   let closing: Promise<void> | null = null;
   const close = () => {
     closing ??= (async () => {
-      await Promise.all(
-        workers.map(
-          (w) =>
-            new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, DRAIN_TIMEOUT_MS);
-              w.on('message', (m: FromWorker) => {
-                if (m.type === 'drained') {
-                  clearTimeout(timer);
-                  resolve();
-                }
-              });
-              w.postMessage({ type: 'drain' });
-            }),
-        ),
-      );
-      await Promise.all(workers.map((w) => w.terminate()));
+      const ended = await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
+      if (ended.includes(false)) log.error('a worker still had connections after the drain timeout');
       clearInterval(flushTimer);
       flush();
       if (sharedClock) unwatchFile(options.clockFile!);

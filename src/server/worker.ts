@@ -67,14 +67,19 @@ try {
     if (message.type !== 'drain' || draining) return;
     draining = true;
     if (listenSocket) uws.us_listen_socket_close(listenSocket as never);
-    // Requests already accepted are answered (with Connection: close); then report.
+    // Requests already accepted are answered, with Connection: close. Then
+    // the thread ends by itself once uWS has no socket left (idle keep-alive
+    // connections time out after 10 s): a worker terminated while uWS holds
+    // a socket aborts the whole process (uv_loop_close with open handles).
     const waitForInflight = () => {
       if (inflight.count > 0) {
         setTimeout(waitForInflight, 5);
         return;
       }
-      snapshot.close();
-      void store.close().then(() => post({ type: 'drained' }));
+      // The snapshot and store stay open: a keep-alive connection may still
+      // bring a request (answered, then closed). They are released with the thread.
+      post({ type: 'drained' });
+      port.unref();
     };
     waitForInflight();
   });

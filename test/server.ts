@@ -1,0 +1,164 @@
+/**
+ * Black-box HTTP testing: a real `ipr serve` process on 127.0.0.1, raw HTTP
+ * requests to it, and the account store opened beside it (as the CLI or the
+ * dashboard would, from another process).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import type { Test } from 'tap';
+import { AccountStore } from '../src/server/accounts.js';
+import { fullDataDir, root, testDir } from './helpers.js';
+
+export interface Server {
+  port: number;
+  dataDir: string;
+  process: ChildProcess;
+  /** Everything the server wrote to stdout and stderr so far. */
+  output(): string;
+  /** SIGTERM, then the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export interface ServerOptions {
+  /** A data folder; default: a fresh one whose snapshots/ is the full real-data fixture's. */
+  dataDir?: string;
+  workers?: number;
+  /** Start on the test clock, at this time. */
+  clock?: number | string;
+  env?: Record<string, string>;
+  args?: string[];
+}
+
+/** A data folder of the test's own whose snapshots are the full fixture's. */
+export function dataDirWithFullSnapshot(t: Test, name = 'data'): string {
+  const dataDir = path.join(testDir(t), name);
+  mkdirSync(dataDir, { recursive: true });
+  symlinkSync(path.join(fullDataDir, 'snapshots'), path.join(dataDir, 'snapshots'));
+  return dataDir;
+}
+
+export function clockFile(t: Test): string {
+  return path.join(testDir(t), 'clock');
+}
+
+/** Moves the server's test clock; resolves once the server has had time to read it. */
+export async function setClock(t: Test, time: number | string): Promise<void> {
+  writeFileSync(clockFile(t), String(time));
+  await new Promise((resolve) => setTimeout(resolve, 120));
+}
+
+export async function startServer(t: Test, options: ServerOptions = {}): Promise<Server> {
+  const dataDir = options.dataDir ?? dataDirWithFullSnapshot(t);
+  const args = [path.join(root, 'dist', 'cli.js'), 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', '0', '--workers', String(options.workers ?? 2)];
+  if (options.clock !== undefined) {
+    writeFileSync(clockFile(t), String(options.clock));
+    args.push('--clock', clockFile(t));
+  }
+  args.push(...(options.args ?? []));
+  const child = spawn(process.execPath, args, { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (d) => (output += d));
+  child.stderr!.on('data', (d) => (output += d));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), 30_000);
+    const check = () => {
+      const match = /serving http:\/\/[^:]+:([0-9]+)\/v1/.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    };
+    child.stdout!.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code}:\n${output}`));
+    });
+  });
+  let stopped: Promise<number | null> | null = null;
+  const server: Server = {
+    port,
+    dataDir,
+    process: child,
+    output: () => output,
+    stop(signal = 'SIGTERM') {
+      stopped ??= (child.kill(signal), exited);
+      return stopped;
+    },
+  };
+  t.teardown(() => server.stop());
+  return server;
+}
+
+export interface Reply {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  text: string;
+  json: any;
+}
+
+export interface RequestOptions {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** Send the body with Transfer-Encoding: chunked, in pieces of this many bytes. */
+  chunked?: number;
+  agent?: http.Agent;
+}
+
+/** One raw HTTP request to the server. */
+export function request(port: number, urlPath: string, options: RequestOptions = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const body = typeof options.body === 'string' ? Buffer.from(options.body) : options.body;
+    const headers: Record<string, string> = { ...options.headers };
+    if (body !== undefined && options.chunked === undefined) headers['content-length'] = String(body.length);
+    const req = http.request(
+      { host: '127.0.0.1', port, path: urlPath, method: options.method ?? 'POST', headers, agent: options.agent ?? false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode!, headers: res.headers, text, json });
+        });
+      },
+    );
+    req.on('error', reject);
+    if (body !== undefined && options.chunked !== undefined) {
+      for (let i = 0; i < body.length; i += options.chunked) req.write(body.subarray(i, i + options.chunked));
+    } else if (body !== undefined) {
+      req.write(body);
+    }
+    req.end();
+  });
+}
+
+/** POST /v1/check with a key and a JSON body. */
+export function check(port: number, key: string | null, body: unknown, extra: RequestOptions = {}): Promise<Reply> {
+  return request(port, '/v1/check', {
+    ...extra,
+    headers: { 'content-type': 'application/json', ...(key === null ? {} : { authorization: `Bearer ${key}` }), ...extra.headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** The account store of a server's data folder, closed at the end of the test. */
+export function accountStore(t: Test, dataDir: string): AccountStore {
+  const store = new AccountStore(dataDir);
+  t.teardown(() => store.close());
+  return store;
+}
+
+/** Creates an account on `plan` and one key for it; returns the key. */
+export async function accountWithKey(store: AccountStore, email: string, plan: string, allowed: string[] = []): Promise<string> {
+  await store.createAccount(email, 'a long enough password', plan);
+  return store.createKey(email, 'test key', allowed).key;
+}
