@@ -9,12 +9,11 @@
  * it); onAborted is registered before waiting for the body; body chunks are
  * used or copied inside their callback; writes after the top are corked.
  */
-import { hash } from 'node:crypto';
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, inputAsText, type ApiErrorCode } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
-import type { AccountStore } from './accounts.js';
+import { keyDigest, type AccountStore } from './accounts.js';
 import type { Clock } from './clock.js';
 import type { Limits, Verdict } from './limits.js';
 import type { Plan } from './plans.js';
@@ -104,20 +103,26 @@ function clientAddress(bytes: Uint8Array): ipaddr.IPv4 | ipaddr.IPv6 {
 }
 
 export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
+  // Grants by the Authorization header text that presented the key: a known
+  // key costs one map lookup, no parsing or hashing. Only valid keys in the
+  // canonical "Bearer <key>" form are cached, so the table stays as small as
+  // the store; all of it is dropped whenever the store's version moves.
   const grants = new Map<string, KeyGrant>();
   let grantsVersion = -1;
 
-  function grantFor(key: string): KeyGrant | null {
+  function grantFor(header: string): KeyGrant | null {
     const version = ctx.store.version();
     if (version !== grantsVersion) {
       grants.clear();
       grantsVersion = version;
     }
-    const digest = hash('sha256', key, 'hex');
-    let grant = grants.get(digest);
+    let grant = grants.get(header);
     if (grant === undefined) {
-      const record = ctx.store.keyByDigest(digest);
-      if (record === undefined) return null; // unknown keys are not cached: the table stays bounded
+      // "Bearer <key>": the scheme is case-insensitive (RFC 9110), the key is URL-safe text.
+      const match = /^bearer +([A-Za-z0-9_-]{16,256})$/i.exec(header);
+      if (match === null) return null;
+      const record = ctx.store.keyByDigest(keyDigest(match[1]!));
+      if (record === undefined) return null;
       const account = ctx.store.account(record.account);
       grant = {
         id: record.id,
@@ -126,20 +131,18 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         plan: account ? ctx.plans.get(account.plan) : undefined,
         allowed: record.allowed.length === 0 ? null : record.allowed.map((a) => (a.includes('/') ? ipaddr.parseCIDR(a) : [ipaddr.parse(a), a.includes(':') ? 128 : 32])),
       };
-      grants.set(digest, grant);
+      if (header.length === 7 + match[1]!.length && header.startsWith('Bearer ')) grants.set(header, grant);
     }
     return grant;
   }
 
-  function authenticate(header: string, client: Uint8Array): Auth {
-    // "Bearer <key>": the scheme is case-insensitive (RFC 9110), the key is URL-safe text.
-    const match = /^bearer +([A-Za-z0-9_-]{16,256})$/i.exec(header);
-    if (match === null) return { grant: null, status: 401 };
-    const grant = grantFor(match[1]!);
+  /** Who may do what; the client address is read only when a key's allowed list needs it. */
+  function authenticate(header: string, res: HttpResponse): Auth {
+    const grant = grantFor(header);
     if (grant === null || grant.revoked) return { grant: null, status: 401 };
     if (grant.suspended || grant.plan === undefined) return { grant: null, status: 403 };
     if (grant.allowed !== null) {
-      const address = clientAddress(client);
+      const address = clientAddress(clientBytes(res.getRemoteAddress()));
       const allowed = grant.allowed.some(([range, len]) => range.kind() === address.kind() && address.match(range as never, len));
       if (!allowed) return { grant: null, status: 403 };
     }
@@ -221,12 +224,11 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         const authorization = req.getHeader('authorization');
         const contentType = req.getHeader('content-type');
         const declaredLength = req.getHeader('content-length');
-        const client = clientBytes(res.getRemoteAddress());
         const now = ctx.clock.now();
 
-        const auth = authenticate(authorization, client);
+        const auth = authenticate(authorization, res);
         if (auth.grant === null) {
-          const v = ctx.limits.admitAddress(client, ctx.unkeyedPerSecond, now);
+          const v = ctx.limits.admitAddress(clientBytes(res.getRemoteAddress()), ctx.unkeyedPerSecond, now);
           if (!v.admitted) sendLimited(res, state, v);
           else sendError(res, state, auth.status === 401 ? 'unauthorized' : 'forbidden', window(v));
           return;

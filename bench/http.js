@@ -1,0 +1,243 @@
+// `npm run bench:http`: the HTTP benchmark, three servers side by side in one
+// run, under the same load generator (wrk) and the same seeded real addresses:
+//   (a) ours: `ipr serve` POST /v1/check with auth and limits, on the full
+//       real-data snapshot, the requests spread over 2,000 Enterprise keys;
+//   (b) a bare uWebSockets.js app that reads the body and answers a constant
+//       check result: the ceiling of this design (bench/peers/uws-constant.js);
+//   (c) Fastify with the `maxmind` reader (bench/peers/fastify-maxmind.js).
+// Each server runs on both cores (2 worker threads, or 2 cluster processes);
+// rounds are interleaved and the median is reported. Then (a) at half its
+// peak rate for latency, its memory, and a check that every request was
+// counted against its key. Results go to stdout and bench/results/http-*.json.
+//
+// Needs wrk (Debian: apt-get install wrk). Environment: BENCH_ROUNDS (3),
+// BENCH_SECONDS (10), BENCH_CONNECTIONS (64), BENCH_DATA (a data folder with a
+// published snapshot, instead of building the full dataset).
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { seededAddresses } from './addresses.js';
+import { environment, median } from './trials.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const WORKERS = 2;
+const KEYS = 2000;
+const REQUESTS = 40_000;
+const SEED = 20261123;
+const PACE_MS = 5;
+
+const run = promisify(execFile);
+const cli = path.join(root, 'dist', 'cli.js');
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer().once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts a server process; resolves once its output matches `ready`. */
+function startServer(name, args, ready) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, IPR_LOG_LEVEL: 'warn' } });
+    let output = '';
+    const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${output}`)), 60_000);
+    const onData = (d) => {
+      output += d;
+      if (ready.test(output)) {
+        clearTimeout(timer);
+        resolve(child);
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited with ${code}:\n${output}`));
+    });
+  });
+}
+
+function stop(child) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve(child.exitCode);
+    child.removeAllListeners('exit');
+    child.once('exit', resolve);
+    child.kill('SIGTERM');
+  });
+}
+
+async function wrk(port, requestsFile, { seconds, connections, pauseMs = 0 }) {
+  const args = ['-t', '2', '-c', String(connections), '-d', `${seconds}s`, '--timeout', '5s', '-s', path.join(root, 'bench', 'wrk-check.lua')];
+  args.push(`http://127.0.0.1:${port}/v1/check`, '--', requestsFile, String(pauseMs));
+  const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
+  const line = stdout.split('\n').find((l) => l.startsWith('{"requests"'));
+  if (!line) throw new Error(`wrk printed no summary:\n${stdout}`);
+  const r = JSON.parse(line);
+  const errors = Object.values(r.errors).reduce((a, b) => a + b, 0);
+  return { ...r, failed: errors, per_second: r.requests / r.seconds };
+}
+
+/** Resident memory of a process, and how the snapshot file is mapped in it. */
+function memory(pid, snapshotName) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rss = Number(/VmRSS:\s+([0-9]+)/.exec(status)[1]) * 1024;
+  const smaps = readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n');
+  let mappings = 0;
+  let snapshotRss = 0;
+  let inSnapshot = false;
+  for (const line of smaps) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) {
+      inSnapshot = line.endsWith(snapshotName);
+      if (inSnapshot) mappings++;
+    } else if (inSnapshot && line.startsWith('Rss:')) {
+      snapshotRss += Number(/([0-9]+)/.exec(line)[1]) * 1024;
+    }
+  }
+  return { rss_bytes: rss, snapshot_mappings: mappings, snapshot_rss_bytes: snapshotRss };
+}
+
+/** Resident memory of a process and its children (the cluster peer). */
+function treeRss(pid) {
+  const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).trim().split(/\s+/).filter(Boolean);
+  return [pid, ...children.map(Number)].reduce((sum, p) => sum + memory(p, '\0').rss_bytes, 0);
+}
+
+const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+
+try {
+  execFileSync('wrk', ['--version'], { stdio: 'ignore' });
+} catch (error) {
+  if (error.code === 'ENOENT') {
+    console.error('bench:http needs wrk: apt-get install wrk');
+    process.exit(1);
+  }
+}
+
+const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-http-'));
+const servers = [];
+try {
+  const env = environment(root);
+  console.log(`HTTP benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
+
+  let dataDir = process.env.BENCH_DATA;
+  if (dataDir === undefined) {
+    dataDir = path.join(work, 'data');
+    process.stderr.write('building the full dataset (sources/feeds.sources.json)...\n');
+    execFileSync(process.execPath, [path.join(root, 'bench', 'build-trial.js'), path.join(root, 'sources', 'feeds.sources.json'), dataDir], { stdio: 'ignore' });
+  }
+  const snapshotName = readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
+  const snapshotBytes = statSync(path.join(dataDir, 'snapshots', snapshotName)).size;
+
+  // 2,000 Enterprise keys of one account, made as an operator would.
+  const email = `bench-${Date.now()}@example.com`;
+  execFileSync(process.execPath, [cli, 'accounts', 'create', '--data', dataDir, '--email', email, '--plan', 'enterprise'], { input: 'benchmark password\n' });
+  const keys = execFileSync(process.execPath, [cli, 'keys', 'create', '--data', dataDir, '--account', email, '--name', 'bench', '--count', String(KEYS)], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+    maxBuffer: 1 << 24,
+  })
+    .trim()
+    .split('\n');
+  const keysFile = path.join(work, 'keys.txt');
+  writeFileSync(keysFile, `${keys.join('\n')}\n`);
+  const addresses = seededAddresses(REQUESTS, SEED);
+  const requestsFile = path.join(work, 'requests.tsv');
+  writeFileSync(requestsFile, addresses.map((ip, i) => `${keys[i % KEYS]}\t${ip}\n`).join(''));
+
+  const ports = { ours: await freePort(), 'bare uWS': await freePort(), 'Fastify+maxmind': await freePort() };
+  const ours = await startServer('ipr serve', [cli, 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', String(ports.ours), '--workers', String(WORKERS)], /serving http/);
+  servers.push(ours);
+  servers.push(await startServer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)], /listening/));
+  const fastify = await startServer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports['Fastify+maxmind']), String(WORKERS), keysFile], /listening/);
+  servers.push(fastify);
+
+  const contenders = Object.keys(ports);
+  let oursRequests = 0;
+  let oursFailed = 0;
+  const count = (name, r) => {
+    if (name === 'ours') {
+      oursRequests += r.requests;
+      oursFailed += r.failed;
+    }
+    return r;
+  };
+  for (const name of contenders) count(name, await wrk(ports[name], requestsFile, { seconds: 3, connections: CONNECTIONS })); // warm-up
+  const runs = Object.fromEntries(contenders.map((c) => [c, []]));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const name of contenders) {
+      runs[name].push(count(name, await wrk(ports[name], requestsFile, { seconds: SECONDS, connections: CONNECTIONS })));
+    }
+  }
+  const summary = Object.fromEntries(
+    contenders.map((name) => {
+      const r = runs[name];
+      return [name, { per_second: median(r.map((x) => x.per_second)), p50_us: median(r.map((x) => x.latency_us.p50)), p99_us: median(r.map((x) => x.latency_us.p99)), failed: r.reduce((a, x) => a + x.failed, 0) }];
+    }),
+  );
+
+  // Latency of ours at half its peak rate: every connection paced.
+  const rate = summary.ours.per_second / 2;
+  const pacedConnections = Math.max(2, Math.round((rate * PACE_MS) / 1000));
+  const paced = count('ours', await wrk(ports.ours, requestsFile, { seconds: SECONDS, connections: pacedConnections, pauseMs: PACE_MS }));
+
+  const oursMemory = memory(ours.pid, snapshotName);
+  const fastifyRss = treeRss(fastify.pid);
+
+  // Every request ours answered was counted against its key (the server
+  // flushes usage every second and on SIGTERM). wrk stops with requests in
+  // flight that the server answered and counted but wrk did not record: at
+  // most one per connection per run.
+  await stop(ours);
+  servers.splice(servers.indexOf(ours), 1);
+  const { AccountStore, dayOf } = await import('../dist/server/accounts.js');
+  const store = new AccountStore(dataDir);
+  const today = dayOf(Date.now());
+  let counted = 0;
+  for (const k of store.listKeys(email)) counted += store.usage(k.id, today);
+  await store.close();
+
+  console.log(`\nPOST /v1/check, ${CONNECTIONS} keep-alive connections, wrk -t2, ${WORKERS} server workers, median of ${ROUNDS} interleaved ${SECONDS} s rounds:`);
+  console.log(`  ${'server'.padEnd(16)} ${'req/s'.padStart(9)} ${'p50'.padStart(9)} ${'p99'.padStart(9)}  failed`);
+  for (const name of contenders) {
+    const s = summary[name];
+    console.log(`  ${name.padEnd(16)} ${Math.round(s.per_second).toLocaleString('en-US').padStart(9)} ${(s.p50_us / 1000).toFixed(2).padStart(7)}ms ${(s.p99_us / 1000).toFixed(2).padStart(7)}ms  ${s.failed}`);
+  }
+  const ratioBare = summary.ours.per_second / summary['bare uWS'].per_second;
+  const ratioFastify = summary.ours.per_second / summary['Fastify+maxmind'].per_second;
+  console.log(`  ours / bare uWS = ${ratioBare.toFixed(2)} (goal >= 0.7); ours / Fastify+maxmind = ${ratioFastify.toFixed(1)} (goal >= 3)`);
+  console.log(
+    `\nours at half its peak (${Math.round(rate).toLocaleString('en-US')} req/s asked, ${Math.round(paced.per_second).toLocaleString('en-US')} done, ` +
+      `${pacedConnections} connections paced ${PACE_MS} ms): p50 ${(paced.latency_us.p50 / 1000).toFixed(2)} ms, p99 ${(paced.latency_us.p99 / 1000).toFixed(2)} ms (goal < 2 ms), failed ${paced.failed}`,
+  );
+  console.log(
+    `\nmemory: ours (${WORKERS} workers) RSS ${mib(oursMemory.rss_bytes)}, snapshot ${mib(snapshotBytes)} mapped ${oursMemory.snapshot_mappings} time(s), ` +
+      `${mib(oursMemory.snapshot_rss_bytes)} of it resident; Fastify+maxmind (${WORKERS} processes) RSS ${mib(fastifyRss)}`,
+  );
+  console.log(`counted: ${counted.toLocaleString('en-US')} requests on ${KEYS} keys; wrk recorded ${oursRequests.toLocaleString('en-US')} answers, ${oursFailed} failed (non-2xx or socket errors)`);
+
+  mkdirSync(path.join(root, 'bench', 'results'), { recursive: true });
+  const file = path.join(root, 'bench', 'results', `http-${env.date.replace(/[:.]/g, '-')}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify(
+      { environment: env, connections: CONNECTIONS, seconds: SECONDS, rounds: runs, summary, ratios: { bare: ratioBare, fastify: ratioFastify }, paced, memory: { ours: oursMemory, fastify_rss_bytes: fastifyRss, snapshot_bytes: snapshotBytes }, counted, recorded: oursRequests, failed: oursFailed },
+      null,
+      2,
+    ),
+  );
+  console.log(`\nresults: ${path.relative(root, file)}`);
+} finally {
+  await Promise.all(servers.map(stop));
+  rmSync(work, { recursive: true, force: true });
+}
