@@ -186,9 +186,13 @@ try {
     }),
   );
 
-  // Latency of ours at half its peak rate: every connection paced.
+  // Latency of ours at half its peak rate. wrk paces each connection (a
+  // request, its answer, PACE_MS of rest), so the rate of N connections also
+  // depends on the latency: a short calibration run sets N.
   const rate = summary.ours.per_second / 2;
-  const pacedConnections = Math.max(2, Math.round((rate * PACE_MS) / 1000));
+  let pacedConnections = Math.max(2, Math.round((rate * PACE_MS) / 1000));
+  const calibration = count('ours', await wrk(ports.ours, requestsFile, { seconds: 3, connections: pacedConnections, pauseMs: PACE_MS }));
+  pacedConnections = Math.max(2, Math.round((pacedConnections * rate) / calibration.per_second));
   const paced = count('ours', await wrk(ports.ours, requestsFile, { seconds: SECONDS, connections: pacedConnections, pauseMs: PACE_MS }));
 
   const oursMemory = memory(ours.pid, snapshotName);
