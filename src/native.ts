@@ -32,6 +32,11 @@ export const NO_RECORD = 0xffffffff;
 export interface NativeSnapshotHandle {
   /** Looks `text` up into the buffer's first entry; returns 0 (invalid), 4 or 6. */
   lookup(text: unknown): number;
+  /**
+   * Writes the check result of `text` as JSON (ASCII) at the start of the
+   * JSON buffer; returns its length, 0 when `text` is not an address.
+   */
+  lookupJson(text: unknown): number;
   /** Looks texts[from, from + count) up into consecutive entries; returns how many it wrote. */
   lookupBatch(texts: readonly unknown[], from: number, count: number): number;
   info(): NativeSnapshotInfo;
@@ -71,7 +76,8 @@ export interface NativeSnapshotWriter {
 }
 
 interface NativeAddon {
-  SnapshotHandle: new (dataDir: string, out: ArrayBuffer) => NativeSnapshotHandle;
+  /** `flagsJson[f]`: the check result's text from `,"is_vpn"` to the recommendation for flag bits f. */
+  SnapshotHandle: new (dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[]) => NativeSnapshotHandle;
   SnapshotWriter: new () => NativeSnapshotWriter;
   canonicalAddress(text: unknown): string | null;
   parseAddress(text: string, out: Uint8Array): 0 | 4 | 6;

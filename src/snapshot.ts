@@ -95,6 +95,8 @@ export interface OpenOptions {
 }
 
 const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = native.layout;
+/** Room for one check result as JSON: its record texts are a few hundred bytes at most. */
+const JSON_BYTES = 64 * 1024;
 
 /**
  * A mapped record table: JSON texts (ASCII, non-ASCII escaped), each read
@@ -148,9 +150,9 @@ export class Snapshot {
   readonly #out: ArrayBuffer;
   readonly #words: Uint32Array;
   readonly #text: Buffer;
+  /** Where the addon writes a check result as JSON. */
+  readonly #json: Buffer;
   readonly #risk: Risk[];
-  /** Per flag combination: the JSON text from `,"is_vpn"` to the recommendation. */
-  readonly #flagsJson: string[];
   #generation = -1;
   #companies!: RecordTable<Company>;
   #asns!: RecordTable<AsnRecord>;
@@ -161,7 +163,8 @@ export class Snapshot {
   /** Use {@link openSnapshot}. */
   constructor(dataDir: string, options: OpenOptions = {}) {
     this.#risk = riskTable(typeof options.risk === 'object' ? options.risk : loadRiskConfig(options.risk));
-    this.#flagsJson = this.#risk.map(
+    // Per flag combination: the JSON text from `,"is_vpn"` to the recommendation.
+    const flagsJson = this.#risk.map(
       (risk, flags) =>
         `,"is_vpn":${(flags & FLAG.vpn) !== 0},"is_proxy":${(flags & FLAG.proxy) !== 0},"is_tor":${(flags & FLAG.tor) !== 0}` +
         `,"is_relay":${(flags & FLAG.relay) !== 0},"is_hosting":${(flags & FLAG.hosting) !== 0}` +
@@ -170,7 +173,9 @@ export class Snapshot {
     this.#out = new ArrayBuffer(headerBytes + entryBytes * BATCH);
     this.#words = new Uint32Array(this.#out);
     this.#text = Buffer.from(this.#out);
-    this.#handle = new native.SnapshotHandle(dataDir, this.#out);
+    const jsonOut = new ArrayBuffer(JSON_BYTES);
+    this.#json = Buffer.from(jsonOut);
+    this.#handle = new native.SnapshotHandle(dataDir, this.#out, jsonOut, flagsJson);
     this.#syncRecords();
     if (options.watch) {
       const every = typeof options.watch === 'number' ? options.watch : 250;
@@ -194,14 +199,23 @@ export class Snapshot {
 
   /**
    * The check result of one address as JSON text, exactly what
-   * `JSON.stringify(lookup(ip))` means (non-ASCII characters escaped), built
-   * from the record texts without making objects; null when `ip` is not an
-   * address. For servers.
+   * `JSON.stringify(lookup(ip))` means (non-ASCII characters escaped); null
+   * when `ip` is not an address.
    */
   lookupJson(ip: unknown): string | null {
+    const bytes = this.lookupJsonBytes(ip);
+    return bytes === null ? null : this.#json.toString('latin1', 0, bytes.length);
+  }
+
+  /**
+   * The same JSON as bytes (ASCII), written by the addon without making a
+   * string: for servers. The view is valid until the next call on this
+   * snapshot; copy it (a socket write does) before calling again.
+   */
+  lookupJsonBytes(ip: unknown): Uint8Array | null {
     this.#assertOpen();
-    if (typeof ip !== 'string' || this.#handle.lookup(ip) === 0) return null;
-    return this.#json(ip, 0);
+    const length = this.#handle.lookupJson(ip);
+    return length === 0 ? null : this.#json.subarray(0, length);
   }
 
   /**
@@ -209,17 +223,7 @@ export class Snapshot {
    * invalid_ip error object of an entry that is not an address.
    */
   lookupManyJson(ips: readonly unknown[]): string[] {
-    this.#assertOpen();
-    const out: string[] = new Array(ips.length);
-    for (let from = 0; from < ips.length; from += BATCH) {
-      const count = this.#handle.lookupBatch(ips, from, Math.min(BATCH, ips.length - from));
-      for (let i = 0; i < count; i++) {
-        const input = ips[from + i];
-        out[from + i] =
-          this.#words[(headerBytes + entryBytes * i) >> 2] === 0 ? JSON.stringify(lookupError(input)) : this.#json(input as string, i);
-      }
-    }
-    return out;
+    return ips.map((ip) => this.lookupJson(ip) ?? JSON.stringify(lookupError(ip)));
   }
 
   /**
@@ -282,31 +286,6 @@ export class Snapshot {
     this.#asns = new RecordTable(asns);
     this.#locations = new RecordTable(locations);
     this.#generation = this.#words[0]!;
-  }
-
-  #json(input: string, entry: number): string {
-    if (this.#words[0] !== this.#generation) this.#syncRecords();
-    const w = (headerBytes + entryBytes * entry) >> 2;
-    const words = this.#words;
-    const ipLength = words[w + Entry.IpTextLength]!;
-    const textAt = headerBytes + entryBytes * entry + entryTextOffset;
-    const company = words[w + Entry.Company]!;
-    const asnId = words[w + Entry.Asn]!;
-    const location = words[w + Entry.Location]!;
-    // Canonical address texts are digits, hex, dots and colons: no escaping needed.
-    const ip = ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength);
-    let asn = 'null';
-    if (asnId !== NO_RECORD) {
-      const record = this.#asns.text(asnId);
-      const routeAt = textAt + ipLength;
-      const route = this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!);
-      asn = `${record.slice(0, -1)},"route":"${route}"}`;
-    }
-    return (
-      `{"ip":"${ip}"${this.#flagsJson[words[w + Entry.Flags]!]}` +
-      `,"company":${company === NO_RECORD ? 'null' : this.#companies.text(company)}` +
-      `,"location":${location === NO_RECORD ? 'null' : this.#locations.text(location)},"asn":${asn}}`
-    );
   }
 
   #result(input: string, entry: number): CheckResult {

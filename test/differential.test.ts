@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import maxmind, { type CityResponse } from 'maxmind';
 import t from 'tap';
 import { openSnapshot, type Location } from '../src/index.js';
+import { asciiJson } from '../src/build/records.js';
 import { seededAddresses } from '../bench/addresses.js';
 import { fullDataDir, packageFile } from './helpers.js';
 import { findRow, ipValue, isSpecial, loadAsnRows, routeOf, text } from './reference.js';
@@ -96,4 +97,29 @@ t.test('the 215.0.0.0/16 overlap resolves to the later row', async (t) => {
   t.teardown(() => snapshot.close());
   t.same(snapshot.lookup('215.0.1.2').asn, { number: 721, name: 'DoD Network Information Center', route: '215.0.0.0/16' });
   t.same(snapshot.lookup('214.255.1.2').asn, { number: 749, name: 'United States Department of Defense (DoD)', route: '214.128.0.0/9' });
+});
+
+t.test('the JSON the addon writes for servers is the object result as ASCII JSON, on every seeded address', async (t) => {
+  // Two shapers of one answer: the object result (src/snapshot.ts) and the
+  // bytes the addon writes for the HTTP server (binding.cc). Under a
+  // non-default risk configuration too, since the flags' text depends on it.
+  for (const risk of [undefined, { points: { is_tor: 10, is_vpn: 20, is_proxy: 30, is_relay: 40, is_hosting: 50 }, cap: 70, verify_from: 20, block_from: 60 }]) {
+    const snapshot = openSnapshot(fullDataDir, risk ? { risk } : {});
+    t.teardown(() => snapshot.close());
+    const addresses = [...seededAddresses(COUNT, 777), '::ffff:8.8.8.8', '0:0:0:0:0:FFFF:204.8.96.141', '10.1.2.3', '2001:db8::1'];
+    const objects = snapshot.lookupMany(addresses);
+    let differences = 0;
+    const first: string[] = [];
+    addresses.forEach((ip, i) => {
+      const json = snapshot.lookupJson(ip);
+      if (json !== asciiJson(objects[i])) {
+        differences++;
+        if (first.length < 3) first.push(`${ip}: ${json} vs ${asciiJson(objects[i])}`);
+      }
+    });
+    t.same(first, [], `${differences} differences over ${addresses.length} addresses (risk ${risk ? 'custom' : 'default'})`);
+    const bad = ['8.8.8', 42, null, ' 8.8.8.8', 'x'.repeat(100)];
+    t.same(snapshot.lookupManyJson(bad).map((j) => JSON.parse(j)), snapshot.lookupMany(bad), 'entries that are not addresses');
+    t.equal(snapshot.lookupJsonBytes('8.8.8.8')?.length, Buffer.byteLength(snapshot.lookupJson('8.8.8.8')!), 'bytes and text agree');
+  }
 });

@@ -10,11 +10,17 @@
 //   canonical)  7 route text length; bytes 32..127: ip text, then route text.
 // The buffer starts with a 32-byte header whose first word is the generation
 // of the snapshot the last call answered from.
+//
+// For servers, SnapshotHandle.lookupJson(text) writes the whole check result
+// as JSON bytes into a second buffer instead: the record texts are copied
+// from the map, so the answer reaches the socket without a JS string.
 #include <napi.h>
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "address.h"
 #include "snapshot_writer.h"
@@ -73,11 +79,13 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
                         InstanceMethod<&SnapshotHandle::Close>("close")});
   }
 
-  // new SnapshotHandle(dataDir, outBuffer)
+  // new SnapshotHandle(dataDir, out, jsonOut, flagsJson)
+  // flagsJson[f] is the JSON text of the check result from `,"is_vpn"` to the
+  // recommendation for the flag bits f (it depends on the risk configuration).
   explicit SnapshotHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SnapshotHandle>(info) {
     Napi::Env env = info.Env();
-    if (!info[0].IsString() || !info[1].IsArrayBuffer()) {
-      throw Napi::TypeError::New(env, "SnapshotHandle(dataDir: string, out: ArrayBuffer)");
+    if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsArray()) {
+      throw Napi::TypeError::New(env, "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[])");
     }
     Napi::ArrayBuffer out = info[1].As<Napi::ArrayBuffer>();
     if (out.ByteLength() < kHeaderBytes + kEntryBytes || reinterpret_cast<uintptr_t>(out.Data()) % 8 != 0) {
@@ -86,6 +94,15 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     out_ref_ = Napi::Persistent(out);
     out_ = static_cast<uint8_t*>(out.Data());
     capacity_ = (out.ByteLength() - kHeaderBytes) / kEntryBytes;
+    Napi::ArrayBuffer json_out = info[2].As<Napi::ArrayBuffer>();
+    json_out_ref_ = Napi::Persistent(json_out);
+    json_out_ = static_cast<char*>(json_out.Data());
+    json_capacity_ = json_out.ByteLength();
+    Napi::Array flags_json = info[3].As<Napi::Array>();
+    if (flags_json.Length() != 1u << kFlagTableCount) {
+      throw Napi::RangeError::New(env, "flagsJson needs one text per combination of flags");
+    }
+    for (uint32_t f = 0; f < flags_json.Length(); ++f) flags_json_.push_back(flags_json.Get(f).As<Napi::String>().Utf8Value());
     SnapshotError error;
     store_ = Store::Acquire(info[0].As<Napi::String>().Utf8Value(), &error);
     if (!store_) throw MakeError(env, error.code, error.message);
@@ -99,6 +116,12 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     Napi::Function fn(env, lookup);
     fn.Set("handle", Value());
     Value().Set("lookup", fn);
+    napi_value lookup_json;
+    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "lookupJson", NAPI_AUTO_LENGTH,
+                                                         &SnapshotHandle::FastLookupJson, this, &lookup_json));
+    Napi::Function json_fn(env, lookup_json);
+    json_fn.Set("handle", Value());
+    Value().Set("lookupJson", json_fn);
   }
 
  private:
@@ -168,6 +191,96 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     self->Sync();
     uint32_t status = argc < 1 ? 0 : self->LookupValue(env, arg, self->out_ + kHeaderBytes);
     napi_create_uint32(env, status, &result);
+    return result;
+  }
+
+  // Appends bytes to the JSON buffer; `overflow` once they do not fit.
+  struct JsonOut {
+    char* at;
+    char* end;
+    bool overflow = false;
+    void Put(const void* data, size_t n) {
+      if (n > static_cast<size_t>(end - at)) {
+        overflow = true;
+        return;
+      }
+      std::memcpy(at, data, n);
+      at += n;
+    }
+    void Put(const char* text) { Put(text, std::strlen(text)); }
+    void Put(const std::string& text) { Put(text.data(), text.size()); }
+    void Record(Blob text) {
+      if (text.size == 0) {
+        Put("null");
+      } else {
+        Put(text.data, text.size);
+      }
+    }
+  };
+
+  // Writes the check result of a parsed address as JSON: the shape of spec
+  // 2.1, the same text as JSON.stringify of the object result. Returns the
+  // length, or 0 when it does not fit the buffer.
+  size_t WriteJson(const ParsedAddress& addr, const Answer& t, const char* text, size_t len) {
+    JsonOut out{json_out_, json_out_ + json_capacity_};
+    char ip[kMaxAddressText];
+    if (addr.family == Family::kV6 || addr.mapped) {
+      len = FormatAddress(addr, ip);
+      text = ip;
+    }
+    out.Put("{\"ip\":\"");
+    out.Put(text, len);
+    out.Put("\"");
+    out.Put(flags_json_[t.flags & ((1u << kFlagTableCount) - 1)]);
+    out.Put(",\"company\":");
+    out.Record(t.company == kNoRecord ? Blob{} : snapshot_->RecordText(kCompanyRecords, t.company));
+    out.Put(",\"location\":");
+    out.Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
+    out.Put(",\"asn\":");
+    Blob asn = t.asn == kNoRecord ? Blob{} : snapshot_->RecordText(kAsnRecords, t.asn);
+    if (asn.size < 2 || asn.data[asn.size - 1] != '}') {
+      out.Put("null");
+    } else {
+      // {"number":N,"name":"..."} gains the route before its closing brace.
+      char route[kMaxCidrText];
+      out.Put(asn.data, asn.size - 1);
+      out.Put(",\"route\":\"");
+      out.Put(route, FormatRoute(addr, t.asn_len, route));
+      out.Put("\"}");
+    }
+    out.Put("}");
+    return out.overflow ? 0 : static_cast<size_t>(out.at - json_out_);
+  }
+
+  // lookupJson(text) -> the length of the check result's JSON at the start of
+  // the JSON buffer; 0 when `text` is not an address. Throws when a result
+  // does not fit the buffer (record texts are short; only a hostile snapshot
+  // could hold such a record).
+  static napi_value FastLookupJson(napi_env env, napi_callback_info info) {
+    size_t argc = 1;
+    napi_value arg;
+    void* data;
+    napi_value result;
+    if (napi_get_cb_info(env, info, &argc, &arg, nullptr, &data) != napi_ok) return nullptr;
+    auto* self = static_cast<SnapshotHandle*>(data);
+    if (!self->store_) {
+      MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
+      return nullptr;
+    }
+    self->Sync();
+    char text[kMaxAddressText + 2];
+    size_t len = 0;
+    ParsedAddress addr;
+    size_t written = 0;
+    if (argc >= 1 && ParseValue(env, arg, &addr, text, &len)) {
+      written = self->WriteJson(addr, self->snapshot_->Lookup(addr), text, len);
+      if (written == 0) {
+        MakeError(env, "snapshot_invalid", self->snapshot_->path() + ": a check result does not fit the JSON buffer")
+            .ThrowAsJavaScriptException();
+        return nullptr;
+      }
+    }
+    napi_create_uint32(env, static_cast<uint32_t>(written), &result);
     return result;
   }
 
@@ -293,6 +406,10 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Reference<Napi::ArrayBuffer> out_ref_;
   uint8_t* out_ = nullptr;
   size_t capacity_ = 0;
+  Napi::Reference<Napi::ArrayBuffer> json_out_ref_;
+  char* json_out_ = nullptr;
+  size_t json_capacity_ = 0;
+  std::vector<std::string> flags_json_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<const Snapshot> snapshot_;
   uint64_t generation_ = 0;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,16 @@ class Snapshot {
   const SnapshotHeader& header() const { return header_; }
   Blob meta() const { return meta_; }
   Blob records(RecordKind kind) const { return records_[kind]; }
+  // The JSON text of record `id` of `kind`, in the map. `id` must be below the
+  // kind's count: every id an Answer carries is (Open checked the leaves).
+  Blob RecordText(RecordKind kind, uint32_t id) const {
+    const uint8_t* offsets = records_[kind].data + kRecordTableHeaderSize;
+    uint32_t count = header_.record_counts[kind];
+    uint32_t from, to;
+    std::memcpy(&from, offsets + 4 * size_t{id}, 4);
+    std::memcpy(&to, offsets + 4 * (size_t{id} + 1), 4);
+    return Blob{offsets + 4 * (size_t{count} + 1) + from, size_t{to} - from};
+  }
   const TrieView& trie4() const { return trie4_; }
   const TrieView& trie6() const { return trie6_; }
   uint64_t file_size() const { return file_size_; }

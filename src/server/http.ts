@@ -158,7 +158,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     res: HttpResponse,
     state: RequestState,
     status: number,
-    body: string,
+    /** Copied before send returns (uWS copies what end() is given). */
+    body: string | Uint8Array,
     limits: Window | null,
     extra?: [string, string][],
     closeConnection = false,
@@ -301,7 +302,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
       if (body === null) return sendError(res, state, 'invalid_json', limits);
       const ip = body.ip;
       if (ip === undefined || ip === null) return sendError(res, state, 'missing_ip', limits);
-      const result = ctx.snapshot.lookupJson(ip);
+      const result = ctx.snapshot.lookupJsonBytes(ip);
       if (result === null) return sendError(res, state, 'invalid_ip', limits, { ip: inputAsText(ip) });
       send(res, state, 200, result, limits);
     }),
