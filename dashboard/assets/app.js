@@ -120,11 +120,38 @@ export function meter(requests, perDay) {
   );
 }
 
+const trapped = new WeakSet();
+
 /**
- * Opens a modal dialog. showModal() keeps focus inside it and Escape cancels
- * it; when it closes, focus goes back to `returnTo`.
+ * Keeps Tab and Shift+Tab cycling through the dialog's controls. showModal()
+ * makes the page behind inert, but Tab past the last control would still
+ * leave the page for the browser's own interface.
+ */
+function trapFocus(dialog) {
+  if (trapped.has(dialog)) return;
+  trapped.add(dialog);
+  dialog.addEventListener('keydown', (event) => {
+    if (event.key !== 'Tab') return;
+    const controls = [...dialog.querySelectorAll('button, input, textarea, select, a[href]')].filter((c) => !c.disabled && c.getClientRects().length > 0);
+    if (controls.length === 0) return;
+    const first = controls[0];
+    const last = controls[controls.length - 1];
+    if (event.shiftKey && document.activeElement === first) {
+      event.preventDefault();
+      last.focus();
+    } else if (!event.shiftKey && document.activeElement === last) {
+      event.preventDefault();
+      first.focus();
+    }
+  });
+}
+
+/**
+ * Opens a modal dialog: the page behind is inert, Tab stays inside, Escape
+ * cancels; when it closes, focus goes back to `returnTo`.
  */
 export function openDialog(dialog, returnTo) {
+  trapFocus(dialog);
   dialog.addEventListener('close', () => returnTo?.focus(), { once: true });
   dialog.showModal();
   const first = dialog.querySelector('[autofocus]') ?? dialog.querySelector('input, textarea, button');

@@ -22,7 +22,8 @@ function svg(tag, attributes = {}, text) {
 function niceStep(max, count = 4) {
   const raw = max / count;
   const magnitude = 10 ** Math.floor(Math.log10(raw));
-  return [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((step) => step >= raw);
+  // Requests are whole numbers: never a step below 1.
+  return Math.max(1, [1, 2, 5, 10].map((m) => m * magnitude).find((step) => step >= raw));
 }
 
 function dayLabel(day, long = false) {
