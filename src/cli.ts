@@ -223,6 +223,7 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
         'ipr: to make a first account and API key:',
         `  echo 'a password of 10+ characters' | npx ipr accounts create --data ${dataDir} --email you@example.com --plan pro`,
         `  npx ipr keys create --data ${dataDir} --account you@example.com --name production`,
+        `  (or sign in at http://localhost:${server.port}/dashboard and choose Create New Key)`,
         `  curl -s -H "Authorization: Bearer <the key>" -H 'Content-Type: application/json' -d '{"ip":"8.8.8.8"}' http://localhost:${server.port}/v1/check`,
         '',
       ].join('\n'),

@@ -12,7 +12,7 @@
 import { hash } from 'node:crypto';
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
-import { ERROR_CODES, inputAsText, type ApiErrorCode, type ErrorCode } from '../errors.js';
+import { ERROR_CODES, inputAsText, type ApiErrorCode } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
 import type { AccountStore } from './accounts.js';
 import type { Clock } from './clock.js';
@@ -59,7 +59,7 @@ const JSON_TYPE = 'application/json; charset=utf-8';
 const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
 
 /** The error body of spec 2.3 (the dashboard's endpoints answer in it too). */
-export function errorBody(code: ErrorCode, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
+export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
   return JSON.stringify({ error: code, message, details });
 }
 
