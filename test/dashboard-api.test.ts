@@ -173,6 +173,15 @@ t.test('session expiry: 30 minutes idle, 12 hours at most', async (t) => {
   t.equal(at, start + 11 * 60 * MINUTE + 40 * MINUTE, 'alive through 11 h 40 min of activity');
   await setClock(t, start + 12 * 60 * MINUTE);
   t.equal((await dash(server.port, 'GET', 'account', busy)).status, 401, 'ended at 12 h');
+
+  // Ended sessions are removed from the store (at start, then every 15 minutes).
+  const alive = await signIn(server.port, 'ann@example.com');
+  t.ok(store.session(idle.id) && store.session(busy.id), 'ended sessions are still stored');
+  await server.stop();
+  const restarted = await startServer(t, { dataDir: server.dataDir, clock: start + 12 * 60 * MINUTE + MINUTE });
+  for (let i = 0; i < 50 && store.session(busy.id); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+  t.same([store.session(idle.id), store.session(busy.id)], [undefined, undefined], 'removed after a restart');
+  t.equal((await dash(restarted.port, 'GET', 'account', alive)).status, 200, 'a live session survives the restart');
 });
 
 t.test('sign-in limits: 5 attempts per account and 30 per address in 15 minutes, shared by the workers', async (t) => {

@@ -101,7 +101,6 @@ const PAGES: Record<string, boolean> = { keys: true, usage: true, account: true,
 
 /** What a handler needs of a request, read in the synchronous top (the HttpRequest dies after it). */
 interface Incoming {
-  method: string;
   params: string[];
   sessionId: string | null;
   csrf: string;
@@ -154,22 +153,20 @@ interface RouteOptions {
   signedIn: boolean;
 }
 
-const CHANGES = new Set(['post', 'put', 'del', 'delete', 'patch']);
-
 export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): TemplatedApp {
   const files = loadStatic();
   const sessions = new Sessions(ctx.store, ctx.clock);
   const signupPlan = [...ctx.plans.keys()][0]!;
-  setInterval(() => {
-    sessions.prune().catch((error: unknown) => ctx.log.error({ err: error }, 'pruning dashboard sessions failed'));
-  }, PRUNE_EVERY_MS).unref();
+  // Ended sessions and attempt windows are removed at start and every 15 minutes (by every worker: it is idempotent).
+  const prune = () => sessions.prune().catch((error: unknown) => ctx.log.error({ err: error }, 'pruning dashboard sessions failed'));
+  void prune();
+  setInterval(prune, PRUNE_EVERY_MS).unref();
 
   function incoming(res: HttpResponse, req: HttpRequest, params: number): Incoming {
     const forwardedFor = ctx.trustProxy ? lastOf(req.getHeader('x-forwarded-for')) : '';
     const address = ctx.trustProxy && ipaddr.isValid(forwardedFor) ? ipaddr.parse(forwardedFor) : clientAddress(clientBytes(res.getRemoteAddress()));
     const forwardedHost = ctx.trustProxy ? lastOf(req.getHeader('x-forwarded-host')) : '';
     return {
-      method: req.getMethod(),
       params: Array.from({ length: params }, (_, i) => req.getParameter(i)),
       sessionId: Sessions.idFromCookie(req.getHeader('cookie')),
       csrf: req.getHeader('x-csrf-token'),
@@ -298,7 +295,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       };
       try {
         const request = (r = incoming(res, req, params));
-        const change = CHANGES.has(method);
+        const change = method !== 'get';
         if (change && crossSite(request)) return sendError(ex, request, 'cross_site');
         const current = sessions.current(request.sessionId);
         if (options.signedIn && current === null) return sendError(ex, request, 'signed_out');
