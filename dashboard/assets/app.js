@@ -160,7 +160,8 @@ export function openDialog(dialog, returnTo) {
 
 /** Shows an error message in an alert region (role="alert" reads it out). */
 export function showError(region, error) {
-  region.textContent = error instanceof ApiError ? error.message : 'Something went wrong. Try again.';
+  const message = error instanceof ApiError ? error.message : 'Something went wrong. Try again.';
+  region.textContent = message.charAt(0).toUpperCase() + message.slice(1);
 }
 
 /** A license text for the footer, without URLs; "DB-IP" links to db-ip.com, as DB-IP asks where its data is shown. */
