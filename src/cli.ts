@@ -23,9 +23,11 @@ const USAGE = `usage: ipr <command> [options]
          Print the check result of each address, as the API answers it.
   info   [--data DIR]
          Print the published snapshot's metadata: sources, counts, build time.
-  serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N]
-         Serve the API (default port 8080, one worker thread per core).
-  start  [--data DIR] [--port N]
+  serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N] [--signup] [--trust-proxy]
+         Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
+         one worker thread per core). --signup lets anyone make an account in the dashboard;
+         --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
+  start  [--data DIR] [--port N] (and the options of serve)
          Build a snapshot from sources/default.sources.json if DIR has none, then serve (npm start).
   openapi
          Print the OpenAPI 3.1 document of the API (npm run openapi writes openapi.json).
@@ -166,6 +168,7 @@ function integerOption(value: string | undefined, name: string, fallback: number
 async function runServer(server: RunningServer, dataDir: string): Promise<void> {
   const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
   process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
+  process.stdout.write(`ipr: dashboard http://${host}:${server.port}/dashboard\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stdout.write(`ipr: ${signal}: finishing requests in flight\n`);
@@ -183,6 +186,8 @@ const serveOptions = {
   workers: { type: 'string' },
   'max-keys': { type: 'string' },
   clock: { type: 'string' },
+  signup: { type: 'boolean' },
+  'trust-proxy': { type: 'boolean' },
 } as const;
 
 async function serveCommand(args: string[], buildIfMissing: boolean): Promise<void> {
@@ -209,6 +214,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
     ...(values.workers ? { workers: integerOption(values.workers, '--workers', undefined, 1)! } : {}),
     ...(values['max-keys'] ? { maxKeys: integerOption(values['max-keys'], '--max-keys', undefined, 1)! } : {}),
     ...(values.clock ? { clockFile: values.clock } : {}),
+    signup: values.signup === true,
+    trustProxy: values['trust-proxy'] === true,
   });
   if (buildIfMissing) {
     process.stdout.write(
@@ -216,6 +223,7 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
         'ipr: to make a first account and API key:',
         `  echo 'a password of 10+ characters' | npx ipr accounts create --data ${dataDir} --email you@example.com --plan pro`,
         `  npx ipr keys create --data ${dataDir} --account you@example.com --name production`,
+        `  (or sign in at http://localhost:${server.port}/dashboard and choose Create New Key)`,
         `  curl -s -H "Authorization: Bearer <the key>" -H 'Content-Type: application/json' -d '{"ip":"8.8.8.8"}' http://localhost:${server.port}/v1/check`,
         '',
       ].join('\n'),

@@ -35,6 +35,16 @@ export const ERROR_CODES = {
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
+  // Answers of the dashboard's JSON endpoints (src/dashboard), beside the API codes above.
+  invalid_request: { status: 400, message: 'The request is not valid' },
+  sign_in_failed: { status: 401, message: 'Wrong email or password' },
+  signed_out: { status: 401, message: 'Sign in first' },
+  account_suspended: { status: 403, message: 'This account is suspended' },
+  csrf_failed: { status: 403, message: 'The request lacks the CSRF token of this session' },
+  cross_site: { status: 403, message: 'Cross-site requests are refused' },
+  signup_disabled: { status: 404, message: 'Sign-up is switched off on this server' },
+  key_limit: { status: 409, message: 'The account has reached its limit of keys' },
+  sign_in_limited: { status: 429, message: 'Too many sign-in attempts; try again later' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

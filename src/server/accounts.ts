@@ -12,6 +12,11 @@
  * revoked, an account suspended or moved to another plan, allowed addresses)
  * bumps `version` in the same transaction; servers compare it on each request
  * and drop what they cached, so such a change takes effect at once.
+ *
+ * The dashboard's sessions and sign-in attempt counters live here too, so
+ * that every worker thread and process sees the same ones. Their writes are
+ * asynchronous (lmdb-js commits them off the calling thread): a worker
+ * answering the API never waits for a dashboard's disk sync.
  */
 import { createHash, randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
@@ -53,11 +58,30 @@ export interface KeyRecord {
   allowed: string[];
 }
 
+/** A signed-in dashboard session, stored under the SHA-256 of its id (the id itself is never stored). */
+export interface Session {
+  account: string;
+  /** Sent back by the dashboard's pages in a header with every change (CSRF). */
+  csrf: string;
+  /** Unix ms. */
+  created: number;
+  /** Unix ms of the last request seen, updated at most once a minute. */
+  seen: number;
+}
+
+/** Attempts counted under one name (see countAttempt) in a fixed window. */
+interface AttemptCount {
+  count: number;
+  /** Unix ms at which the window ends. */
+  ends: number;
+}
+
 /** UTC day as YYYY-MM-DD. */
 export function dayOf(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
 }
 
+/** SHA-256, hex: how keys and session ids are stored. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
@@ -106,6 +130,8 @@ export class AccountStore {
   readonly #accountKeys: Database<number, string>;
   readonly #usage: Database<number, [number, string]>;
   readonly #meta: Database<number, string>;
+  readonly #sessions: Database<Session, string>;
+  readonly #attempts: Database<AttemptCount, string>;
 
   constructor(dataDir: string) {
     const dir = path.join(dataDir, 'accounts');
@@ -118,6 +144,8 @@ export class AccountStore {
     this.#accountKeys = this.#root.openDB({ name: 'accountKeys', dupSort: true });
     this.#usage = this.#root.openDB({ name: 'usage' });
     this.#meta = this.#root.openDB({ name: 'meta' });
+    this.#sessions = this.#root.openDB({ name: 'sessions' });
+    this.#attempts = this.#root.openDB({ name: 'signInAttempts' });
   }
 
   /** Bumped by every change that can alter an authorisation decision. */
@@ -283,6 +311,68 @@ export class AccountStore {
         const record = this.keyById(u.id);
         if (record && (record.lastUsed === null || record.lastUsed < u.at)) this.#keys.putSync(record.hash, { ...record, lastUsed: u.at });
       }
+    });
+  }
+
+  /** Stores a new session under a fresh random id (32 bytes); resolves with the id once committed. */
+  async createSession(session: Session): Promise<string> {
+    const id = randomBytes(32).toString('base64url');
+    await this.#sessions.put(keyDigest(id), session);
+    return id;
+  }
+
+  session(id: string): Session | undefined {
+    return this.#sessions.get(keyDigest(id));
+  }
+
+  /** Records a later `seen` time (committed in the background). */
+  touchSession(id: string, session: Session, seen: number): Promise<boolean> {
+    return this.#sessions.put(keyDigest(id), { ...session, seen });
+  }
+
+  async endSession(id: string): Promise<void> {
+    await this.#sessions.remove(keyDigest(id));
+  }
+
+  /**
+   * Counts one attempt under each name (a sign-in per account and per client
+   * address, a key created per account), atomically across threads and
+   * processes, unless one of them has reached its `max` in its window: then
+   * nothing is counted and the answer is the ms until that window ends; 0
+   * means counted. A window of `windowMs` begins at the first attempt after
+   * the last one ended.
+   */
+  countAttempt(limits: { name: string; max: number; windowMs: number }[], nowMs: number): Promise<number> {
+    return this.#root.transaction(() => {
+      const current = limits.map(({ name, windowMs }) => {
+        const c = this.#attempts.get(name);
+        return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
+      });
+      const full = current.filter((c, i) => c.count >= limits[i]!.max);
+      if (full.length > 0) return Math.max(...full.map((c) => c.ends - nowMs));
+      current.forEach((c, i) => this.#attempts.put(limits[i]!.name, { count: c.count + 1, ends: c.ends }));
+      return 0;
+    });
+  }
+
+  /** Takes back one attempt counted under `name` (a sign-in that succeeded), or all of them when `all`. */
+  forgetAttempt(name: string, all = false): Promise<void> {
+    return this.#root.transaction(() => {
+      const c = this.#attempts.get(name);
+      if (c === undefined) return;
+      if (all || c.count <= 1) this.#attempts.remove(name);
+      else this.#attempts.put(name, { count: c.count - 1, ends: c.ends });
+    });
+  }
+
+  /** Removes the sessions `expired` says are over and the attempt counts whose window has ended; resolves with how many. */
+  pruneDashboardState(expired: (s: Session) => boolean, nowMs: number): Promise<number> {
+    return this.#root.transaction(() => {
+      const sessions = [...this.#sessions.getRange()].filter(({ value }) => expired(value));
+      const attempts = [...this.#attempts.getRange()].filter(({ value }) => nowMs >= value.ends);
+      for (const { key } of sessions) this.#sessions.remove(key);
+      for (const { key } of attempts) this.#attempts.remove(key);
+      return sessions.length + attempts.length;
     });
   }
 

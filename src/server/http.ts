@@ -57,8 +57,8 @@ const STATUS: Record<number, string> = {
 const JSON_TYPE = 'application/json; charset=utf-8';
 const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
 
-/** The error body of spec 2.3. */
-export function errorBody(code: ApiErrorCode, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
+/** The error body of spec 2.3 (the dashboard's endpoints answer in it too). */
+export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
   return JSON.stringify({ error: code, message, details });
 }
 
@@ -84,7 +84,7 @@ function isJsonContentType(value: string): boolean {
 }
 
 /** The client address as 16 bytes, IPv4 as IPv4-mapped. */
-function clientBytes(raw: ArrayBuffer): Uint8Array {
+export function clientBytes(raw: ArrayBuffer): Uint8Array {
   const bytes = new Uint8Array(16);
   const from = new Uint8Array(raw);
   if (from.length === 4) {
@@ -97,7 +97,7 @@ function clientBytes(raw: ArrayBuffer): Uint8Array {
   return bytes;
 }
 
-function clientAddress(bytes: Uint8Array): ipaddr.IPv4 | ipaddr.IPv6 {
+export function clientAddress(bytes: Uint8Array): ipaddr.IPv4 | ipaddr.IPv6 {
   const v6 = ipaddr.fromByteArray([...bytes]) as ipaddr.IPv6;
   return v6.isIPv4MappedAddress() ? v6.toIPv4Address() : v6;
 }

@@ -84,7 +84,9 @@ export function openapiDocument(plans: Map<string, Plan>): object {
     servers: [{ url: '/v1', description: 'This server; the version is the path prefix.' }],
     components: {
       securitySchemes: {
-        bearer: { type: 'http', scheme: 'bearer', description: 'An API key from the dashboard: `Authorization: Bearer <API_KEY>`. Keep it server-side.' },
+        bearer: { type: 'http', scheme: 'bearer', description:
+            'An API key, created and revoked in the customer dashboard that this server serves at /dashboard (not through this API): ' +
+            '`Authorization: Bearer <API_KEY>`. Keep it server-side.' },
       },
       headers: rateHeaders,
       schemas: {

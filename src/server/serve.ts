@@ -35,6 +35,10 @@ export interface ServeOptions {
   unkeyedPerSecond?: number;
   /** How often to look for a newly published snapshot, ms. */
   watchMs?: number;
+  /** Let anyone make an account in the dashboard (default: only the operator, with `ipr accounts create`). */
+  signup?: boolean;
+  /** Behind a reverse proxy: trust its X-Forwarded-Proto, -For and -Host headers in the dashboard. */
+  trustProxy?: boolean;
   log?: Logger;
 }
 
@@ -128,6 +132,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         clock: sharedClock?.buffer ?? null,
         unkeyedPerSecond: options.unkeyedPerSecond ?? 20,
         openapi,
+        dashboard: { signup: options.signup ?? false, trustProxy: options.trustProxy ?? false },
       };
       const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: data });
       const onMessage = (m: FromWorker) => {

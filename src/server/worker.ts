@@ -1,10 +1,11 @@
 /**
  * A server worker thread: one uWebSockets.js app listening on the shared
  * port (the kernel spreads connections over the workers' sockets), answering
- * from the process-wide snapshot mapping, the shared limit table and the
- * account store.
+ * the API (/v1) and the customer dashboard (/dashboard) from the process-wide
+ * snapshot mapping, the shared limit table and the account store.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from './accounts.js';
 import { SharedClock, systemClock } from './clock.js';
@@ -24,6 +25,7 @@ export interface WorkerData {
   clock: SharedArrayBuffer | null;
   unkeyedPerSecond: number;
   openapi: string;
+  dashboard: DashboardOptions;
 }
 
 /** Messages from the main thread. */
@@ -42,18 +44,22 @@ try {
   const store = new AccountStore(data.dataDir);
   let draining = false;
   const inflight = { count: 0 };
-  const app = createApi(uws.App(), {
+  const shared = {
     snapshot,
     store,
     limits: new Limits(data.limitState),
     plans: loadPlans(),
     clock: data.clock ? new SharedClock(data.clock) : systemClock,
-    openapi: data.openapi,
-    unkeyedPerSecond: data.unkeyedPerSecond,
     draining: () => draining,
     inflight,
+  };
+  const app = createApi(uws.App(), {
+    ...shared,
+    openapi: data.openapi,
+    unkeyedPerSecond: data.unkeyedPerSecond,
     onError: (error, route) => log.error({ route, err: error }, 'request failed'),
   });
+  mountDashboard(app, { ...shared, ...data.dashboard, log });
   let listenSocket: unknown = null;
   app.listen(data.host, data.port, (token) => {
     if (!token) {

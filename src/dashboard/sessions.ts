@@ -1,0 +1,174 @@
+/**
+ * Dashboard sessions: sign-in with a limit on attempts, the session cookie,
+ * expiry, CSRF tokens. Sessions and attempt counts are stored in the account
+ * store (accounts.ts), so every worker thread and process sees the same ones.
+ *
+ * - A session id is 32 random bytes, sent only in an HttpOnly, SameSite=Strict
+ *   cookie (Secure when the request came over HTTPS); only its SHA-256 is stored.
+ * - A new id at every sign-in, and none before it: nobody can plant an id.
+ * - A session ends after 30 minutes without a request, and 12 hours after
+ *   sign-in whatever happens.
+ * - Every change needs the session's CSRF token in the X-CSRF-Token header
+ *   (routes.ts also refuses cross-site requests by Origin and Sec-Fetch-Site).
+ * - Sign-in attempts are counted before the password is checked, per account
+ *   (5 per 15 minutes) and per client address (30 per 15 minutes; IPv6 by /64);
+ *   a success takes its attempt back and clears the account's count. Counting
+ *   first means parallel guesses cannot slip past the limit.
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { IprError } from '../errors.js';
+import { MIN_PASSWORD_LENGTH, normaliseEmail, type Account, type AccountStore, type Session } from '../server/accounts.js';
+import type { Clock } from '../server/clock.js';
+
+export const SESSION_COOKIE = 'ipr_session';
+export const SESSION_IDLE_MS = 30 * 60_000;
+export const SESSION_MAX_MS = 12 * 3_600_000;
+/** `seen` is written at most this often: a session's idle expiry is this coarse. */
+const TOUCH_EVERY_MS = 60_000;
+
+export const SIGN_IN_WINDOW_MS = 15 * 60_000;
+export const SIGN_IN_MAX_PER_ACCOUNT = 5;
+export const SIGN_IN_MAX_PER_ADDRESS = 30;
+/** scrypt of a longer text costs more and proves nothing. */
+const MAX_PASSWORD_LENGTH = 1024;
+
+const SESSION_ID = /^[A-Za-z0-9_-]{43}$/;
+
+export interface CurrentSession {
+  id: string;
+  session: Session;
+  account: Account;
+}
+
+export type SignIn = { id: string; session: Session; account: Account };
+
+export class Sessions {
+  constructor(
+    private readonly store: AccountStore,
+    private readonly clock: Clock,
+  ) {}
+
+  /** The session id a Cookie header carries, when it has one of the right form. */
+  static idFromCookie(header: string): string | null {
+    for (const part of header.split(';')) {
+      const eq = part.indexOf('=');
+      if (eq < 0 || part.slice(0, eq).trim() !== SESSION_COOKIE) continue;
+      const value = part.slice(eq + 1).trim();
+      if (SESSION_ID.test(value)) return value;
+    }
+    return null;
+  }
+
+  expired(session: Session, now = this.clock.now()): boolean {
+    return now - session.seen >= SESSION_IDLE_MS || now - session.created >= SESSION_MAX_MS || now < session.created;
+  }
+
+  /**
+   * The signed-in session of a request, or null: no cookie, an unknown or
+   * expired session, or an account that is gone or suspended.
+   */
+  current(id: string | null): CurrentSession | null {
+    if (id === null) return null;
+    const session = this.store.session(id);
+    if (session === undefined) return null;
+    const now = this.clock.now();
+    if (this.expired(session, now)) return null;
+    const account = this.store.account(session.account);
+    if (account === undefined || account.status !== 'active') return null;
+    if (now - session.seen >= TOUCH_EVERY_MS) {
+      // In the background: a lost touch only makes the idle expiry a minute earlier.
+      void this.store.touchSession(id, session, now).catch(() => undefined);
+    }
+    return { id, session, account };
+  }
+
+  /** Whether the header carries the session's CSRF token (compared in constant time). */
+  static csrfMatches(session: Session, header: string): boolean {
+    const expected = Buffer.from(session.csrf);
+    const given = Buffer.from(header);
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  /**
+   * Checks the password within the attempt limits and starts a new session.
+   * `address` names the client (see routes.ts); `previous` is the session id
+   * the request carried, ended here so that an id never outlives a sign-in.
+   * Throws IprError: sign_in_limited (details.retry_after in seconds),
+   * sign_in_failed, account_suspended.
+   */
+  async signIn(email: unknown, password: unknown, address: string, previous: string | null): Promise<SignIn> {
+    if (typeof email !== 'string' || typeof password !== 'string' || password.length > MAX_PASSWORD_LENGTH) throw new IprError('sign_in_failed');
+    let normal: string;
+    try {
+      normal = normaliseEmail(email);
+    } catch {
+      throw new IprError('sign_in_failed');
+    }
+    await this.#countAttempt([
+      { name: `sign-in:account:${normal}`, max: SIGN_IN_MAX_PER_ACCOUNT, windowMs: SIGN_IN_WINDOW_MS },
+      { name: `sign-in:address:${address}`, max: SIGN_IN_MAX_PER_ADDRESS, windowMs: SIGN_IN_WINDOW_MS },
+    ]);
+    const account = await this.store.verifyPassword(normal, password);
+    if (account === undefined) throw new IprError('sign_in_failed');
+    await Promise.all([this.store.forgetAttempt(`sign-in:account:${normal}`, true), this.store.forgetAttempt(`sign-in:address:${address}`)]);
+    if (account.status !== 'active') throw new IprError('account_suspended');
+    return this.#start(account, previous);
+  }
+
+  /**
+   * Self sign-up (when the operator allows it): creates the account on
+   * `plan` and signs it in. Each sign-up counts as an attempt of the
+   * client address, so one address cannot make accounts without end.
+   */
+  async signUp(email: unknown, password: unknown, plan: string, address: string, previous: string | null): Promise<SignIn> {
+    if (typeof email !== 'string' || typeof password !== 'string') throw new IprError('invalid_request', 'email and password are required');
+    if (password.length < MIN_PASSWORD_LENGTH || password.length > MAX_PASSWORD_LENGTH) {
+      throw new IprError('invalid_request', `a password needs ${MIN_PASSWORD_LENGTH} to ${MAX_PASSWORD_LENGTH} characters`);
+    }
+    let normal: string;
+    try {
+      normal = normaliseEmail(email);
+    } catch {
+      throw new IprError('invalid_request', 'that is not an email address');
+    }
+    await this.#countAttempt([{ name: `sign-in:address:${address}`, max: SIGN_IN_MAX_PER_ADDRESS, windowMs: SIGN_IN_WINDOW_MS }]);
+    const account = await this.store.createAccount(normal, password, plan);
+    return this.#start(account, previous);
+  }
+
+  async signOut(id: string): Promise<void> {
+    await this.store.endSession(id);
+  }
+
+  /** Removes expired sessions and ended attempt windows from the store. */
+  prune(): Promise<number> {
+    const now = this.clock.now();
+    return this.store.pruneDashboardState((s) => this.expired(s, now), now);
+  }
+
+  async #countAttempt(limits: { name: string; max: number; windowMs: number }[]): Promise<void> {
+    const waitMs = await this.store.countAttempt(limits, this.clock.now());
+    if (waitMs > 0) {
+      const seconds = Math.ceil(waitMs / 1000);
+      const minutes = Math.ceil(seconds / 60);
+      throw new IprError(
+        'sign_in_limited',
+        `Too many sign-in attempts. Try again in ${minutes === 1 ? 'a minute' : `${minutes} minutes`}.`,
+        { retry_after: seconds },
+      );
+    }
+  }
+
+  async #start(account: Account, previous: string | null): Promise<SignIn> {
+    const now = this.clock.now();
+    const session: Session = { account: account.email, csrf: randomBytes(32).toString('base64url'), created: now, seen: now };
+    const [id] = await Promise.all([this.store.createSession(session), previous === null ? undefined : this.store.endSession(previous)]);
+    return { id, session, account };
+  }
+}
+
+/** The Set-Cookie value of a session; `id` null clears the cookie. */
+export function sessionCookie(id: string | null, secure: boolean): string {
+  const attributes = `Path=/dashboard; HttpOnly; SameSite=Strict${secure ? '; Secure' : ''}`;
+  return id === null ? `${SESSION_COOKIE}=; ${attributes}; Max-Age=0` : `${SESSION_COOKIE}=${id}; ${attributes}; Max-Age=${SESSION_MAX_MS / 1000}`;
+}
