@@ -10,7 +10,8 @@ import { AccountStore } from './accounts.js';
 import { SharedClock, systemClock } from './clock.js';
 import { createApi } from './http.js';
 import { Limits, type SharedLimitState } from './limits.js';
-import { createLogger } from './log.js';
+import { createAccessLog, createLogger } from './log.js';
+import { WorkerMetrics } from './metrics.js';
 import { loadPlans } from './plans.js';
 import { loadUws } from './uws.js';
 
@@ -24,6 +25,10 @@ export interface WorkerData {
   clock: SharedArrayBuffer | null;
   unkeyedPerSecond: number;
   openapi: string;
+  /** The request counters of every worker (metrics.ts). */
+  metrics: SharedArrayBuffer;
+  /** The access log file, when requests are logged. */
+  accessLog: string | null;
 }
 
 /** Messages from the main thread. */
@@ -42,6 +47,7 @@ try {
   const store = new AccountStore(data.dataDir);
   let draining = false;
   const inflight = { count: 0 };
+  const accessLog = data.accessLog === null ? null : createAccessLog(data.accessLog, { worker: data.index });
   const app = createApi(uws.App(), {
     snapshot,
     store,
@@ -52,7 +58,10 @@ try {
     unkeyedPerSecond: data.unkeyedPerSecond,
     draining: () => draining,
     inflight,
-    onError: (error, route) => log.error({ route, err: error }, 'request failed'),
+    metrics: new WorkerMetrics(data.metrics, data.index),
+    accessLog,
+    worker: data.index,
+    onError: (error, route, req) => log.error({ req, route, err: error }, 'request failed'),
   });
   let listenSocket: unknown = null;
   app.listen(data.host, data.port, (token) => {
