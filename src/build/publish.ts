@@ -11,7 +11,7 @@
  * (native/src/store.h) follows the same layout.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { IprError } from '../errors.js';
 
@@ -96,10 +96,11 @@ function running(pid: number): boolean {
  * Runs `work` holding the data folder's lock (<data>/lock, holding the pid):
  * one build, update or rollback at a time, whichever process runs it, so two
  * never write the same feed copy or race to publish. A lock left by a process
- * that no longer runs is taken over.
+ * that no longer runs is taken over. A data folder made for the lock and left
+ * empty (a first build that failed) is removed again.
  */
 export async function withDataLock<T>(dataDir: string, work: () => Promise<T>): Promise<T> {
-  mkdirSync(dataDir, { recursive: true });
+  const made = mkdirSync(dataDir, { recursive: true }) !== undefined;
   const file = path.join(dataDir, LOCK);
   for (let tries = 0; ; tries++) {
     try {
@@ -123,6 +124,7 @@ export async function withDataLock<T>(dataDir: string, work: () => Promise<T>): 
     return await work();
   } finally {
     rmSync(file, { force: true });
+    if (made && readdirSync(dataDir).length === 0) rmdirSync(dataDir);
   }
 }
 

@@ -13,7 +13,7 @@ import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from './accounts.js';
-import { OperationsMetrics, provenance, startAdmin, type AdminServer } from './admin.js';
+import type { AdminServer, OperationsMetrics } from './admin.js';
 import { parseClockText, SharedClock, systemClock, type Clock } from './clock.js';
 import { createLimitState, Limits } from './limits.js';
 import { createLogger, type Logger } from './log.js';
@@ -176,6 +176,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const port = options.port === 0 ? await freePort(host) : options.port;
   try {
     if (options.admin !== undefined) {
+      // Loaded here: prom-client is for servers with an admin port, not every ipr command.
+      const { OperationsMetrics, provenance, startAdmin } = await import('./admin.js');
       const reader = new MetricsReader(metricsBuffer);
       operations = new OperationsMetrics(reader, snapshot);
       foldTimer = setInterval(() => reader.fold(), METRICS_FOLD_MS);
