@@ -272,8 +272,9 @@ function integerOption(value: string | undefined, name: string, fallback: number
 /** Serves until SIGTERM or SIGINT, then shuts down gracefully and exits 0. */
 async function runServer(server: RunningServer, dataDir: string): Promise<void> {
   const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
-  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
+  // The admin line first: "serving" is the last line of start-up, which tests and scripts wait for.
   if (server.admin) process.stdout.write(`ipr: admin port http://${server.admin.host}:${server.admin.port} (/metrics, /provenance)\n`);
+  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stdout.write(`ipr: ${signal}: finishing requests in flight\n`);

@@ -176,3 +176,11 @@ t.test('with no earlier copy to fall back on, the update fails and publishes not
   t.match(r.stderr, /ipr: source vpn-ipv4: http:\/\/[^ ]+: 178279 bytes, over the limit of 100000; there is no earlier copy to use/);
   t.same(readdirSync(dataDir).includes('snapshots'), false, 'nothing published');
 });
+
+t.test('usage errors of update and of serve\'s update and admin options', async (t) => {
+  t.match(await runIpr('update'), { code: 2, stderr: /ipr: update needs --sources FILE/ });
+  t.match(await runIpr('update', '--sources', 'x', '--timeout', '0'), { code: 2, stderr: /--timeout takes seconds/ });
+  t.match(await runIpr('serve', '--update-interval', '1h'), { code: 2, stderr: /--update-interval and --sources go together/ });
+  t.match(await runIpr('serve', '--update-interval', 'hourly', '--sources', 'x'), { code: 2, stderr: /--update-interval takes a duration of at least 1 s/ });
+  t.match(await runIpr('serve', '--admin-host', '0.0.0.0'), { code: 2, stderr: /--admin-host and --admin-token-file need --admin-port/ });
+});
