@@ -97,3 +97,25 @@ export function servedSources(configFile, feeds) {
   });
   return { sources };
 }
+
+/**
+ * Two Tor exit lists in the Tor Project's bulk list format (one address per
+ * line), to switch between as if the upstream list had changed: `current`,
+ * the exits of tor/exits.csv, and `older`, tor/exit-nodes-2024-02.lst. With an
+ * IPv4 address only in the older list (it enters the Tor flag when the list
+ * switches to it) and one only in the current list (it leaves).
+ * @param {string} feedsDir ../shared/data/feeds
+ */
+export function torLists(feedsDir) {
+  const rows = readFileSync(path.join(feedsDir, 'tor', 'exits.csv'), 'utf8').trim().split('\n').slice(1);
+  const current = [...new Set(rows.map((row) => row.split(',')[1].trim()))];
+  const older = path.join(feedsDir, 'tor', 'exit-nodes-2024-02.lst');
+  const olderSet = new Set(readFileSync(older, 'utf8').split('\n').map((l) => l.trim()).filter(Boolean));
+  const currentSet = new Set(current);
+  return {
+    current: `${current.join('\n')}\n`,
+    older,
+    entered: [...olderSet].find((ip) => !currentSet.has(ip)),
+    left: current.find((ip) => ip.includes('.') && !olderSet.has(ip)),
+  };
+}

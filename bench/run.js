@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededAddresses } from './addresses.js';
+import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -20,19 +21,6 @@ const SEED = 20261122;
 
 function node(script, args) {
   return JSON.parse(execFileSync(process.execPath, [path.join(root, 'bench', script), ...args], { encoding: 'utf8', maxBuffer: 1 << 26 }));
-}
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
-}
-
-function environment() {
-  let commit = 'unknown';
-  try {
-    commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
-  } catch {}
-  return { date: new Date().toISOString(), cpu: os.cpus()[0]?.model ?? 'unknown', cores: os.cpus().length, node: process.version, commit };
 }
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-'));

@@ -20,7 +20,7 @@ import type { Snapshot } from '../snapshot.js';
 import type { AccountStore } from './accounts.js';
 import type { Clock } from './clock.js';
 import type { Limits, Verdict } from './limits.js';
-import type { Logger } from './log.js';
+import type { AccessLog } from './log.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 import type { Plan } from './plans.js';
 
@@ -47,7 +47,7 @@ export interface ApiContext {
   /** This worker's request counters. */
   metrics: WorkerMetrics;
   /** One line per answered request, when set (README "Logs"). */
-  accessLog: Logger | null;
+  accessLog: AccessLog | null;
   /** This worker's number: request ids are `<worker>-<sequence>`. */
   worker: number;
   onError(error: unknown, route: string, requestId: string): void;
@@ -209,14 +209,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     const micros = elapsedMicros(state.started);
     ctx.metrics.request(state.route, status, micros);
     if (ctx.accessLog !== null) {
-      ctx.accessLog.info({
-        req: `${ctx.worker}-${state.id}`,
-        route: ROUTES[state.route],
-        status: status === 0 ? 'aborted' : status,
-        us: micros,
-        ...(state.key === null ? {} : { key: state.key }),
-        ...(res === null ? {} : { client: Buffer.from(res.getRemoteAddressAsText()).toString('latin1') }),
-      });
+      const client = res === null ? null : Buffer.from(res.getRemoteAddressAsText()).toString('latin1');
+      ctx.accessLog.request(`${ctx.worker}-${state.id}`, ROUTES[state.route]!, status, micros, state.key, client);
     }
   }
 

@@ -47,7 +47,7 @@ try {
   const store = new AccountStore(data.dataDir);
   let draining = false;
   const inflight = { count: 0 };
-  const accessLog = data.accessLog === null ? null : createAccessLog(data.accessLog, { worker: data.index });
+  const accessLog = data.accessLog === null ? null : createAccessLog(data.accessLog, data.index);
   const app = createApi(uws.App(), {
     snapshot,
     store,
