@@ -133,10 +133,11 @@ try {
     started = Date.now();
     const [report, allNew] = await Promise.all([runUpdate(sourcesFile, dataDir), probe.until(isTor)]);
     const published = publishedAt(dataDir);
-    rounds.push({ total_s: (allNew - started) / 1000, update_s: report.seconds, publication_to_all_workers_ms: allNew - published });
+    const round_ = { total_s: (allNew - started) / 1000, update_s: report.seconds, publication_to_all_workers_ms: Math.round(allNew - published) };
+    rounds.push(round_);
     console.log(
-      `  round ${round + 1}: update start -> all workers new ${((allNew - started) / 1000).toFixed(1)} s ` +
-        `(ipr update ${report.seconds.toFixed(1)} s; publication -> all workers ${allNew - published} ms)`,
+      `  round ${round + 1}: update start -> all workers new ${round_.total_s.toFixed(1)} s ` +
+        `(ipr update ${round_.update_s.toFixed(1)} s; publication -> all workers ${round_.publication_to_all_workers_ms} ms)`,
     );
   }
   const unloaded = {
@@ -166,13 +167,15 @@ try {
   })();
   const swapLoad = await runLoad({ port: server.port, keys: loadKeys, addresses, connections: CONNECTIONS, duration: 30 });
   await swapping;
+  publish(dataDir, b); // the newest again: the update below then has a change to publish
   const near = new Set();
   const swaps = swapTimes.map((time) => {
     const i = tickAt(swapLoad.seconds, time);
     for (let j = i - 1; j <= i + 1; j++) near.add(j);
     return { before: swapLoad.seconds[i - 1]?.requests, during: swapLoad.seconds[i]?.requests, after: swapLoad.seconds[i + 1]?.requests };
   });
-  const away = swapLoad.seconds.filter((_, i) => i > 0 && !near.has(i)).map((s) => s.requests);
+  // The first and last seconds are partial: left out.
+  const away = swapLoad.seconds.filter((_, i) => i > 0 && i < swapLoad.seconds.length - 1 && !near.has(i)).map((s) => s.requests);
   const swapSummary = {
     connections: CONNECTIONS,
     keys: loadKeys.length,
@@ -213,7 +216,7 @@ try {
     before_update: median(rates(1, start)),
     while_building: median(rates(start + 1, pub - 1)),
     publication: { before: updateLoad.seconds[pub - 1]?.requests, during: updateLoad.seconds[pub]?.requests, after: updateLoad.seconds[pub + 1]?.requests },
-    after_update: median(rates(pub + 2, updateLoad.seconds.length)),
+    after_update: median(rates(pub + 2, updateLoad.seconds.length - 1)),
     latency_ms: updateLoad.latencyMs,
   };
   console.log(`\na full update under the same load (${duration} s):`);
