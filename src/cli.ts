@@ -317,6 +317,7 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
   if ((values['update-interval'] === undefined) !== (values.sources === undefined)) {
     throw new UsageError('--update-interval and --sources go together');
   }
+  if (values.keep !== undefined && values['update-interval'] === undefined) throw new UsageError('--keep goes with --update-interval');
   const intervalMs = values['update-interval'] === undefined ? undefined : parseDuration(values['update-interval']);
   if (intervalMs === null) throw new UsageError('--update-interval takes a duration of at least 1 s: 90s, 15m, 1h, 1d');
   if (values['admin-port'] === undefined && (values['admin-host'] || values['admin-token-file'])) {
@@ -328,6 +329,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
       sources: fileURLToPath(DEFAULT_SOURCES),
       dataDir,
       skipUnreachable: true,
+      // Someone is waiting for a first start: build from what answers now; updates retry.
+      fetch: { retries: 0 },
       onProgress: progressPrinter(),
       onWarning: warningPrinter(),
     });
