@@ -157,18 +157,24 @@ async function attempt(source: Source, part: string, kept: KeptCopy | null, opti
   }
   let bytes = 0;
   let declared: number | null = null;
+  let status: number | null = null;
   try {
     arm();
     const response = await fetch(source.url!, { headers, signal: controller.signal, redirect: 'follow' });
+    status = response.status;
     if (response.status === 304 && current !== null) return { status: 304 };
     if (response.status !== 200 || response.body === null) {
+      await response.body?.cancel(); // let the connection go
       const retry = response.status >= 500 || response.status === 408 || response.status === 429;
       throw failure(`HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}`, retry, response.status);
     }
     const length = response.headers.get('content-length');
     // With a content encoding, Content-Length counts the encoded bytes, not those read here.
     declared = length !== null && !response.headers.has('content-encoding') ? Number(length) : null;
-    if (declared !== null && declared > limit) throw failure(`${declared} bytes, over the limit of ${limit}`, false, 200);
+    if (declared !== null && declared > limit) {
+      await response.body.cancel();
+      throw failure(`${declared} bytes, over the limit of ${limit}`, false, 200);
+    }
     const hash = createHash('sha256');
     const counted = async function* (chunks: AsyncIterable<Buffer>) {
       for await (const chunk of chunks) {
@@ -184,12 +190,12 @@ async function attempt(source: Source, part: string, kept: KeptCopy | null, opti
     if (declared !== null && bytes !== declared) throw failure(`the download ended after ${bytes} of ${declared} bytes`, true, 200);
     return { status: 200, etag: response.headers.get('etag'), lastModified: response.headers.get('last-modified'), bytes, sha256: hash.digest('hex') };
   } catch (error) {
-    if (timedOut) throw failure(`no data for ${timeoutMs / 1000} s (timed out${bytes ? ` after ${bytes} bytes` : ''})`, true);
+    if (timedOut) throw failure(`no data for ${timeoutMs / 1000} s (timed out${bytes ? ` after ${bytes} bytes` : ''})`, true, status);
     if (error instanceof IprError) throw error;
     // fetch() failures carry the system error as their cause ("fetch failed", cause ECONNREFUSED).
     const cause = (error as Error).cause as Error | undefined;
     const text = `${(error as Error).message}${cause?.message ? ` (${cause.message})` : ''}`;
-    throw failure(bytes > 0 ? `the download was cut after ${bytes}${declared !== null ? ` of ${declared}` : ''} bytes: ${text}` : text, true);
+    throw failure(bytes > 0 ? `the download was cut after ${bytes}${declared !== null ? ` of ${declared}` : ''} bytes: ${text}` : text, true, status);
   } finally {
     clearTimeout(timer);
   }

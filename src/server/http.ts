@@ -46,7 +46,7 @@ export interface ApiContext {
   inflight: { count: number };
   /** This worker's request counters. */
   metrics: WorkerMetrics;
-  /** One line per answered request, when set (README "Logs"). */
+  /** One line per answered request, when set (README "Access log"). */
   accessLog: AccessLog | null;
   /** This worker's number: request ids are `<worker>-<sequence>`. */
   worker: number;
