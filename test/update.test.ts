@@ -2,8 +2,9 @@
 // standing in for the upstreams): conditional requests and 304s, a changed
 // feed changing the answers, and every way a download can go wrong keeping
 // the last good copy, with the reason reported and recorded.
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { startFeedServer, torLists } from '../bench/feed-server.js';
 import { feeds as feedsDir, runIpr, testDir } from './helpers.js';
@@ -175,6 +176,24 @@ t.test('with no earlier copy to fall back on, the update fails and publishes not
   t.equal(r.code, 1);
   t.match(r.stderr, /ipr: source vpn-ipv4: http:\/\/[^ ]+: 178279 bytes, over the limit of 100000; there is no earlier copy to use/);
   t.same(readdirSync(dataDir).includes('snapshots'), false, 'nothing published');
+});
+
+t.test('one update at a time in a data folder; a lock left by a dead process is taken over', async (t) => {
+  const { feeds, dataDir, update } = await setUp(t);
+  feeds.route('/tor', { hang: true });
+  const first = update('--timeout', '3', '--retries', '0');
+  await sleep(1000); // the first holds the lock, waiting for the Tor list
+  const second = await update();
+  t.equal(second.code, 1);
+  t.match(second.stderr, /^ipr: .*data: another build, update or rollback is running \(pid [0-9]+; .*lock names it\)/);
+  t.equal((await first).code, 1, 'the first fails on its own: no earlier copy of the Tor list');
+  t.notOk(existsSync(path.join(dataDir, 'lock')), 'the lock is released');
+
+  feeds.route('/tor', { text: tor.current });
+  writeFileSync(path.join(dataDir, 'lock'), '2147483646\n'); // no such process
+  const after = await update();
+  exitedOk(t, after);
+  t.equal(after.report.result, 'published');
 });
 
 t.test('usage errors of update and of serve\'s update and admin options', async (t) => {
