@@ -21,7 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { seededAddresses } from './addresses.js';
-import { environment, median } from './trials.js';
+import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -127,7 +127,7 @@ try {
 const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-http-'));
 const servers = [];
 try {
-  const env = environment(root);
+  const env = environment();
   console.log(`HTTP benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
 
   let dataDir = process.env.BENCH_DATA;

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededAddresses } from './addresses.js';
-import { environment, median } from './trials.js';
+import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -25,7 +25,7 @@ function node(script, args) {
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-'));
 try {
-  const env = environment(root);
+  const env = environment();
   console.log(`engine benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
 
   const dataDir = path.join(work, 'data');

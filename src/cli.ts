@@ -7,26 +7,40 @@ import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildSnapshot, type BuildProgress, type BuildSummary } from './build/build.js';
-import { publishedName } from './build/publish.js';
+import { builtAtOfName, publishedName, rollback, withDataLock } from './build/publish.js';
+import { updateSnapshot, type UpdateOptions, type UpdateResult } from './build/update.js';
 import { IprError } from './errors.js';
 import { AccountStore, dayOf } from './server/accounts.js';
 import { openapiDocument } from './server/openapi.js';
 import { loadPlans } from './server/plans.js';
 import { serve, type RunningServer } from './server/serve.js';
+import { parseDuration } from './server/updater.js';
 import { openSnapshot } from './snapshot.js';
 
 const USAGE = `usage: ipr <command> [options]
 
   build  --sources FILE [--data DIR] [--keep N] [--skip-unreachable]
          Build a snapshot from the sources configuration FILE and publish it in DIR.
+  update --sources FILE [--data DIR] [--keep N] [--force] [--timeout S] [--retries N]
+         [--accept-shrink NAME,...] [--skip-unreachable] [--json]
+         Fetch every source (conditional requests; a failed, broken or shrunken download
+         keeps the last good copy), then build and publish unless nothing changed.
+  rollback [--data DIR]
+         Publish the snapshot before the published one, and hold updates until
+         "update --force" or "build".
   lookup IP... [--data DIR]
          Print the check result of each address, as the API answers it.
   info   [--data DIR]
-         Print the published snapshot's metadata: sources, counts, build time.
+         Print the published snapshot's metadata: build time and age, and every source's
+         provenance (origin, fetched-at, ETag, records, bad lines, last good copy used).
   serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N] [--signup] [--trust-proxy]
+         [--update-interval 1h --sources FILE [--keep N]]
+         [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
          Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
          one worker thread per core). --signup lets anyone make an account in the dashboard;
          --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
+         Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
+         admin port.
   start  [--data DIR] [--port N] (and the options of serve)
          Build a snapshot from sources/default.sources.json if DIR has none, then serve (npm start).
   openapi
@@ -64,19 +78,34 @@ function table(rows: (string | number)[][], rightFrom: number): string {
   return text.map((r) => r.map((c, i) => (i >= rightFrom ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }
 
+function bar(fraction: number, width = 30): string {
+  const filled = Math.round(fraction * width);
+  return `${'#'.repeat(filled)}${'.'.repeat(width - filled)}`;
+}
+
 function progressPrinter(): (event: BuildProgress) => void {
   const tty = process.stderr.isTTY;
   let lastSource = -1;
+  let lastDone = -1;
+  let lastDraw = 0;
   return (event) => {
+    if (event.phase === 'download') {
+      // A terminal is redrawn at most ten times a second; a log gets a line per finished download.
+      const now = Date.now();
+      if (tty ? now - lastDraw < 100 && event.done !== event.total : event.done === lastDone) return;
+      lastDraw = now;
+      lastDone = event.done;
+      const text = `downloaded ${event.done}/${event.total} sources, ${formatBytes(event.bytes)}`;
+      process.stderr.write(tty ? `\r\x1b[K${'downloads'.padEnd(40)} ${bar(event.done / event.total)} ${text}` : `${text}\n`);
+      return;
+    }
     if (event.phase !== 'source') {
       process.stderr.write(`${tty ? '\r\x1b[K' : ''}${event.phase === 'compile' ? 'compiling tries' : 'writing snapshot'}...\n`);
       return;
     }
     const label = `[${event.index + 1}/${event.total}] ${event.source}`;
     if (tty) {
-      const width = 30;
-      const filled = Math.round(event.fraction * width);
-      process.stderr.write(`\r\x1b[K${label.padEnd(40)} ${'#'.repeat(filled)}${'.'.repeat(width - filled)} ${Math.round(event.fraction * 100)}%`);
+      process.stderr.write(`\r\x1b[K${label.padEnd(40)} ${bar(event.fraction)} ${Math.round(event.fraction * 100)}%`);
     } else if (event.index !== lastSource) {
       process.stderr.write(`${label}\n`);
     }
@@ -110,6 +139,15 @@ function printSummary(s: BuildSummary): void {
   process.stdout.write(`${lines.join('\n')}\n`);
 }
 
+function warningPrinter(): (message: string) => void {
+  return (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${message}\n`);
+}
+
+function keepOption(value: string | undefined): { keep?: number } {
+  const keep = integerOption(value, '--keep', undefined);
+  return keep === undefined ? {} : { keep };
+}
+
 async function build(args: string[]): Promise<void> {
   const { values } = options(args, {
     sources: { type: 'string' },
@@ -117,18 +155,86 @@ async function build(args: string[]): Promise<void> {
     'skip-unreachable': { type: 'boolean' },
   });
   if (!values.sources) throw new UsageError('build needs --sources FILE');
-  const keep = values.keep === undefined ? undefined : Number(values.keep);
-  if (keep !== undefined && !(Number.isInteger(keep) && keep >= 0)) throw new UsageError('--keep takes a whole number');
   const summary = await buildSnapshot({
     sources: values.sources,
     dataDir: values.data ?? 'data',
-    ...(keep === undefined ? {} : { keep }),
+    ...keepOption(values.keep),
     skipUnreachable: values['skip-unreachable'] === true,
     onProgress: progressPrinter(),
-    onWarning: (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${message}\n`),
+    onWarning: warningPrinter(),
   });
   if (process.stderr.isTTY) process.stderr.write('\r\x1b[K');
   printSummary(summary);
+}
+
+/** The one-line JSON `ipr update --json` prints (what `ipr serve --update-interval` reads). */
+function updateReport(r: UpdateResult): object {
+  const base = { result: r.result, seconds: Number(r.seconds.toFixed(3)) };
+  if (r.result === 'held') return { ...base, hold: r.hold };
+  const fallbacks = r.sources.filter((s) => s.status === 'last_good_copy' || s.status === 'skipped');
+  const snapshot = r.result === 'published' ? r.summary.snapshot : r.snapshot;
+  return { ...base, snapshot, sources: r.sources, fallbacks: fallbacks.length, ...(r.result === 'published' ? { pruned: r.summary.pruned } : {}) };
+}
+
+async function update(args: string[]): Promise<void> {
+  const { values } = options(args, {
+    sources: { type: 'string' },
+    keep: { type: 'string' },
+    force: { type: 'boolean' },
+    timeout: { type: 'string' },
+    retries: { type: 'string' },
+    'accept-shrink': { type: 'string' },
+    'skip-unreachable': { type: 'boolean' },
+    json: { type: 'boolean' },
+  });
+  if (!values.sources) throw new UsageError('update needs --sources FILE');
+  const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
+  if (timeout !== undefined && !(timeout > 0 && timeout <= 3600)) throw new UsageError('--timeout takes seconds, more than 0 and at most 3600');
+  const retries = integerOption(values.retries, '--retries', undefined);
+  const updateOptions: UpdateOptions = {
+    sources: values.sources,
+    dataDir: values.data ?? 'data',
+    ...keepOption(values.keep),
+    force: values.force === true,
+    skipUnreachable: values['skip-unreachable'] === true,
+    fetch: {
+      ...(timeout === undefined ? {} : { timeoutMs: timeout * 1000 }),
+      ...(retries === undefined ? {} : { retries }),
+      acceptShrink: cidrList(values['accept-shrink']),
+    },
+    onProgress: progressPrinter(),
+    onWarning: warningPrinter(),
+  };
+  const result = await updateSnapshot(updateOptions);
+  if (process.stderr.isTTY) process.stderr.write('\r\x1b[K');
+  if (values.json) {
+    process.stdout.write(`${JSON.stringify(updateReport(result))}\n`);
+    return;
+  }
+  if (result.result === 'held') {
+    process.stdout.write(
+      `ipr: updates are held since the rollback of ${result.hold.at} (from ${result.hold.from} to ${result.hold.to}); ` +
+        '"ipr update --force" builds anyway and ends the hold\n',
+    );
+    return;
+  }
+  const rows = result.sources.map((s) => [s.name, s.status.replace(/_/g, ' '), s.reason ?? '']);
+  process.stdout.write(`${table([['source', 'status', 'note'], ...rows], 99)}\n\n`);
+  if (result.result === 'unchanged') {
+    process.stdout.write(`ipr: nothing changed; ${result.snapshot} still holds these inputs (--force builds anyway)\n`);
+    return;
+  }
+  printSummary(result.summary);
+}
+
+async function rollbackCommand(args: string[]): Promise<void> {
+  const { values } = options(args, {});
+  const dataDir = values.data ?? 'data';
+  const hold = await withDataLock(dataDir, async () => rollback(dataDir));
+  process.stdout.write(
+    `ipr: published ${hold.to} (built ${builtAtOfName(hold.to)}) in place of ${hold.from} (built ${builtAtOfName(hold.from)}); ` +
+      'updates are held until "ipr update --force" or "ipr build"\n',
+  );
 }
 
 function lookup(args: string[]): number {
@@ -149,7 +255,9 @@ function info(args: string[]): void {
   const { values } = options(args, {});
   const snapshot = openSnapshot(values.data ?? 'data');
   try {
-    process.stdout.write(`${JSON.stringify(snapshot.info(), null, 2)}\n`);
+    const { path: file, format_version, built_at, ...rest } = snapshot.info();
+    const age_seconds = Math.round((Date.now() - Date.parse(built_at)) / 1000);
+    process.stdout.write(`${JSON.stringify({ path: file, format_version, built_at, age_seconds, ...rest }, null, 2)}\n`);
   } finally {
     snapshot.close();
   }
@@ -167,8 +275,10 @@ function integerOption(value: string | undefined, name: string, fallback: number
 /** Serves until SIGTERM or SIGINT, then shuts down gracefully and exits 0. */
 async function runServer(server: RunningServer, dataDir: string): Promise<void> {
   const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
-  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
+  // The admin and dashboard lines first: "serving" is the last line of start-up, which tests and scripts wait for.
+  if (server.admin) process.stdout.write(`ipr: admin port http://${server.admin.host}:${server.admin.port} (/metrics, /provenance)\n`);
   process.stdout.write(`ipr: dashboard http://${host}:${server.port}/dashboard\n`);
+  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stdout.write(`ipr: ${signal}: finishing requests in flight\n`);
@@ -188,19 +298,47 @@ const serveOptions = {
   clock: { type: 'string' },
   signup: { type: 'boolean' },
   'trust-proxy': { type: 'boolean' },
+  'update-interval': { type: 'string' },
+  sources: { type: 'string' },
+  keep: { type: 'string' },
+  'admin-port': { type: 'string' },
+  'admin-host': { type: 'string' },
+  'admin-token-file': { type: 'string' },
+  'access-log': { type: 'string' },
 } as const;
+
+/** The admin port's token: the file --admin-token-file names, else IPR_ADMIN_TOKEN, else none. */
+function adminToken(file: string | undefined): string | null {
+  if (file === undefined) return process.env.IPR_ADMIN_TOKEN || null;
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch (error) {
+    throw new IprError('invalid_argument', `--admin-token-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+}
 
 async function serveCommand(args: string[], buildIfMissing: boolean): Promise<void> {
   const { values } = options(args, serveOptions);
   const dataDir = values.data ?? 'data';
+  if ((values['update-interval'] === undefined) !== (values.sources === undefined)) {
+    throw new UsageError('--update-interval and --sources go together');
+  }
+  if (values.keep !== undefined && values['update-interval'] === undefined) throw new UsageError('--keep goes with --update-interval');
+  const intervalMs = values['update-interval'] === undefined ? undefined : parseDuration(values['update-interval']);
+  if (intervalMs === null) throw new UsageError('--update-interval takes a duration of at least 1 s: 90s, 15m, 1h, 1d');
+  if (values['admin-port'] === undefined && (values['admin-host'] || values['admin-token-file'])) {
+    throw new UsageError('--admin-host and --admin-token-file need --admin-port');
+  }
   if (buildIfMissing && publishedName(dataDir) === null) {
     process.stdout.write(`ipr: no snapshot in ${dataDir}: building one from the default sources (upstream feeds, npm ASN and DB-IP data)\n`);
     const summary = await buildSnapshot({
       sources: fileURLToPath(DEFAULT_SOURCES),
       dataDir,
       skipUnreachable: true,
+      // Someone is waiting for a first start: build from what answers now; updates retry.
+      fetch: { retries: 0 },
       onProgress: progressPrinter(),
-      onWarning: (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${message}\n`),
+      onWarning: warningPrinter(),
     });
     if (process.stderr.isTTY) process.stderr.write('\r\x1b[K');
     printSummary(summary);
@@ -216,6 +354,17 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<vo
     ...(values.clock ? { clockFile: values.clock } : {}),
     signup: values.signup === true,
     trustProxy: values['trust-proxy'] === true,
+    ...(intervalMs === undefined ? {} : { update: { sources: values.sources!, intervalMs, ...keepOption(values.keep) } }),
+    ...(values['admin-port'] === undefined
+      ? {}
+      : {
+          admin: {
+            port: integerOption(values['admin-port'], '--admin-port', undefined)!,
+            ...(values['admin-host'] ? { host: values['admin-host'] } : {}),
+            token: adminToken(values['admin-token-file']),
+          },
+        }),
+    ...(values['access-log'] ? { accessLog: values['access-log'] } : {}),
   });
   if (buildIfMissing) {
     process.stdout.write(
@@ -352,6 +501,12 @@ async function main(argv: string[]): Promise<number> {
     switch (command) {
       case 'build':
         await build(rest);
+        return 0;
+      case 'update':
+        await update(rest);
+        return 0;
+      case 'rollback':
+        await rollbackCommand(rest);
         return 0;
       case 'lookup':
         return lookup(rest);

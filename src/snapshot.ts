@@ -90,6 +90,8 @@ export interface OpenOptions {
   watch?: boolean | number;
   /** Called when a newly published snapshot could not be opened (the current one keeps answering). */
   onRefreshError?: (error: IprError) => void;
+  /** Called when watching moved to a newly published snapshot. */
+  onSwap?: () => void;
   /** Risk weights and thresholds: a file path or the object itself (default config/risk.json). */
   risk?: string | RiskConfig;
 }
@@ -180,8 +182,9 @@ export class Snapshot {
     if (options.watch) {
       const every = typeof options.watch === 'number' ? options.watch : 250;
       const onError = options.onRefreshError ?? (() => {});
+      const onSwap = options.onSwap ?? (() => {});
       this.#timer = setInterval(() => {
-        this.#handle.refresh().catch(onError);
+        this.#handle.refresh().then((swapped) => swapped && onSwap(), onError);
       }, every);
       this.#timer.unref();
     }

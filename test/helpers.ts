@@ -3,6 +3,7 @@
  * built once per run (test/setup/build-fixtures.ts), and small snapshots built
  * from chosen sources in a test's own folder.
  */
+import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,4 +54,20 @@ export function fixtureFile(t: Test, name: string, text: string | Buffer): strin
   const file = path.join(testDir(t), name);
   writeFileSync(file, text);
   return file;
+}
+
+/**
+ * Runs the `ipr` command in a child process without blocking this one (so a
+ * feed server in the test can answer it); resolves its exit code and output.
+ */
+export function runIpr(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(root, 'dist', 'cli.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }

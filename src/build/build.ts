@@ -2,14 +2,18 @@
  * `ipr build`: every source of a sources configuration through its importer
  * into the native writer, then one new snapshot file, published atomically.
  * A source that cannot be used fails the build before anything is published.
+ *
+ * In two steps, so that `ipr update` (update.ts) can stop between them:
+ * collectInputs() brings every source to disk (downloads: fetch.ts) and says
+ * where each came from; buildFromInputs() imports them and publishes.
  */
-import { statSync } from 'node:fs';
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import { IprError } from '../errors.js';
 import { native } from '../native.js';
-import { fetchSource } from './fetch.js';
+import { fetchSource, type FeedProvenance, type FetchOptions } from './fetch.js';
 import { IMPORTERS } from './importers.js';
-import { newSnapshotPath, prune, publish } from './publish.js';
+import { clearHold, newSnapshotPath, prune, publish, withDataLock } from './publish.js';
 import { RangeSink } from './ranges.js';
 import { Records } from './records.js';
 import { loadSources, localPath, origin, type Source, type SourcesConfig } from './sources.js';
@@ -27,15 +31,31 @@ export interface BuildOptions {
   keep?: number;
   /** Build from the sources that can be reached, warning about the others (for `npm start`). */
   skipUnreachable?: boolean;
+  /** Timeouts, retries and the shrink rule of downloads. */
+  fetch?: FetchOptions;
   onProgress?: (event: BuildProgress) => void;
   onWarning?: (message: string) => void;
 }
 
 export type BuildProgress =
+  | { phase: 'download'; done: number; total: number; bytes: number }
   | { phase: 'source'; index: number; total: number; source: string; fraction: number }
   | { phase: 'compile' | 'write' };
 
-export interface SourceSummary {
+/** Where a `path` or `package` source's data came from. */
+export interface LocalProvenance {
+  modified_at: string;
+  bytes: number;
+}
+
+/**
+ * One source in a snapshot's metadata (its provenance): the configuration's
+ * description, the file imported, the counts, and for a `url` source the
+ * download (fetch.ts FeedProvenance: fetched_at, checked_at, http_status,
+ * etag, last_modified, bytes, sha256, used_last_good_copy and its reason);
+ * for a local file its modification time and size.
+ */
+export interface SourceSummary extends Partial<Omit<FeedProvenance, 'url'>>, Partial<LocalProvenance> {
   name: string;
   kind: string;
   format: string;
@@ -45,8 +65,26 @@ export interface SourceSummary {
   bad_lines: number;
   seconds: number;
   license?: string;
-  fetched_at?: string;
   skipped?: string;
+}
+
+/** A source brought to disk, or skipped (unreachable, with skipUnreachable). */
+export interface SourceInput {
+  source: Source;
+  file: string | null;
+  provenance: Omit<FeedProvenance, 'url'> | LocalProvenance | null;
+  skipped?: string;
+}
+
+export interface Inputs {
+  config: SourcesConfig;
+  sources: SourceInput[];
+  /**
+   * Identifies what a build from these inputs would contain: the builder, the
+   * configuration, and each file's SHA-256 (downloads) or size and time (local
+   * files). Recorded in the snapshot's metadata as `inputs`.
+   */
+  fingerprint: string;
 }
 
 export interface TableSummary {
@@ -71,17 +109,88 @@ export interface BuildSummary {
   pruned: string[];
 }
 
-async function resolveFile(config: SourcesConfig, source: Source, dataDir: string, warn: (m: string) => void) {
-  if (source.url === undefined) return localPath(config, source);
-  const fetched = await fetchSource(source, dataDir);
-  if (fetched.warning) warn(fetched.warning);
-  return fetched.file;
+async function collectOne(config: SourcesConfig, source: Source, options: BuildOptions, onFetched: () => void): Promise<SourceInput> {
+  if (source.url === undefined) {
+    const file = localPath(config, source);
+    let stat;
+    try {
+      stat = statSync(file);
+    } catch (error) {
+      throw new IprError('source_unreadable', `source ${source.name}: ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    return { source, file, provenance: { modified_at: stat.mtime.toISOString(), bytes: stat.size } };
+  }
+  try {
+    const fetched = await fetchSource(source, options.dataDir, options.fetch);
+    if (fetched.warning) options.onWarning?.(fetched.warning);
+    const { url: _url, ...provenance } = fetched.provenance;
+    return { source, file: fetched.file, provenance };
+  } finally {
+    onFetched();
+  }
 }
 
+/**
+ * Brings every source to disk, downloads side by side (fetch.ts: the last
+ * good copy stands in for a failed or refused download). Throws the first
+ * failure in the configuration's order, unless skipUnreachable skips it.
+ */
+export async function collectInputs(options: BuildOptions): Promise<Inputs> {
+  const config = typeof options.sources === 'string' ? loadSources(options.sources) : options.sources;
+  const downloads = config.sources.filter((s) => s.url !== undefined).length;
+  let done = 0;
+  const bytes = new Map<string, number>();
+  const report = () => {
+    let total = 0;
+    for (const b of bytes.values()) total += b;
+    options.onProgress?.({ phase: 'download', done, total: downloads, bytes: total });
+  };
+  const fetchOptions: FetchOptions = {
+    ...options.fetch,
+    onBytes: (source, received, declared) => {
+      bytes.set(source, received);
+      options.fetch?.onBytes?.(source, received, declared);
+      report();
+    },
+  };
+  const settled = await Promise.allSettled(
+    config.sources.map((source) =>
+      collectOne(config, source, { ...options, fetch: fetchOptions }, () => {
+        done++;
+        report();
+      }),
+    ),
+  );
+  const sources = settled.map((result, index): SourceInput => {
+    const source = config.sources[index]!;
+    if (result.status === 'fulfilled') return result.value;
+    const error = result.reason as unknown;
+    if (!options.skipUnreachable || !(error instanceof IprError) || error.code !== 'source_unreadable') throw error;
+    options.onWarning?.(`${error.message}; building without it`);
+    return { source, file: null, provenance: null, skipped: error.message };
+  });
+  const identity = sources.map(({ source, provenance, skipped }) => ({
+    source,
+    data: skipped !== undefined ? null : provenance !== null && 'sha256' in provenance ? provenance.sha256 : provenance,
+  }));
+  const fingerprint = createHash('sha256')
+    .update(JSON.stringify({ builder: PACKAGE_VERSION, format: native.formatVersion, sources: identity }))
+    .digest('hex');
+  return { config, sources, fingerprint };
+}
+
+/** `ipr build`: collects the sources, builds a snapshot and publishes it, holding the data folder's lock. */
 export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary> {
   const started = process.hrtime.bigint();
+  const summary = await withDataLock(options.dataDir, async () => buildFromInputs(await collectInputs(options), options));
+  return { ...summary, seconds: Number(process.hrtime.bigint() - started) / 1e9 };
+}
+
+/** Imports collected inputs, writes a new snapshot and publishes it; the caller holds the data folder's lock. */
+export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Promise<BuildSummary> {
+  const started = process.hrtime.bigint();
   const builtAt = new Date();
-  const config = typeof options.sources === 'string' ? loadSources(options.sources) : options.sources;
+  const config = inputs.config;
   const warnings: string[] = [];
   const warn = (message: string) => {
     warnings.push(message);
@@ -92,26 +201,17 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
   const records = new Records();
   const summaries: SourceSummary[] = [];
 
-  // Downloads run side by side; imports then run in the configuration's order.
-  const files = await Promise.all(
-    config.sources.map((source) => resolveFile(config, source, options.dataDir, warn).then((file) => ({ file }), (error: unknown) => ({ error }))),
-  );
   for (const [index, source] of config.sources.entries()) {
     const sourceStart = process.hrtime.bigint();
     const report = (fraction: number) =>
       options.onProgress?.({ phase: 'source', index, total: config.sources.length, source: source.name, fraction });
     report(0);
-    let file: string;
-    try {
-      const resolved = files[index]!;
-      if ('error' in resolved) throw resolved.error;
-      file = resolved.file;
-    } catch (error) {
-      if (!options.skipUnreachable || !(error instanceof IprError) || error.code !== 'source_unreadable') throw error;
-      warn(`${error.message}; building without it`);
-      summaries.push({ ...describe(source), file: '', records: 0, bad_lines: 0, seconds: 0, skipped: error.message });
+    const input = inputs.sources[index]!;
+    if (input.file === null) {
+      summaries.push({ ...describe(source), file: '', records: 0, bad_lines: 0, seconds: 0, skipped: input.skipped! });
       continue;
     }
+    const file = input.file;
     const tally = new Tally(source.name, file);
     try {
       await IMPORTERS[source.format]({ source, file, sink, records, tally, progress: report });
@@ -129,7 +229,7 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
       records: tally.records,
       bad_lines: tally.bad,
       seconds: Number(process.hrtime.bigint() - sourceStart) / 1e9,
-      ...(source.url ? { fetched_at: statSync(file).mtime.toISOString() } : {}),
+      ...input.provenance,
     });
   }
 
@@ -148,6 +248,7 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
     built_at: builtAt.toISOString(),
     builder: `ip-reputation ${PACKAGE_VERSION}`,
     sources_file: config.file,
+    inputs: inputs.fingerprint,
     sources: summaries.map(({ seconds: _seconds, ...s }) => s),
     tables: Object.fromEntries(tables.map((t) => [t.name, { ipv4: t.prefixes[0], ipv6: t.prefixes[1] }])),
     flagged_asn_records: records.flaggedAsnRecords(),
@@ -159,6 +260,7 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
   const file = newSnapshotPath(options.dataDir, builtAt);
   writer.write(file, JSON.stringify(meta), builtAt.getTime());
   publish(options.dataDir, file);
+  clearHold(options.dataDir); // a snapshot built on purpose ends a rollback's hold
   const pruned = prune(options.dataDir, (options.keep ?? 2) + 1);
   return {
     snapshot: file,

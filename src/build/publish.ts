@@ -11,8 +11,9 @@
  * (native/src/store.h) follows the same layout.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { IprError } from '../errors.js';
 
 export const SNAPSHOT_PATTERN = /^snap-[0-9]{8}T[0-9]{9}Z-[0-9a-f]{8}\.mdb$/;
 
@@ -78,4 +79,102 @@ export function prune(dataDir: string, keep: number): string[] {
   const removed = older.slice(Math.max(0, keep - 1));
   for (const name of removed) rmSync(path.join(dir, name), { force: true });
   return removed;
+}
+
+const LOCK = 'lock';
+
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Runs `work` holding the data folder's lock (<data>/lock, holding the pid):
+ * one build, update or rollback at a time, whichever process runs it, so two
+ * never write the same feed copy or race to publish. A lock left by a process
+ * that no longer runs is taken over. A data folder made for the lock and left
+ * empty (a first build that failed) is removed again.
+ */
+export async function withDataLock<T>(dataDir: string, work: () => Promise<T>): Promise<T> {
+  const made = mkdirSync(dataDir, { recursive: true }) !== undefined;
+  const file = path.join(dataDir, LOCK);
+  for (let tries = 0; ; tries++) {
+    try {
+      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      let pid = 0;
+      try {
+        pid = Number(readFileSync(file, 'utf8').trim());
+      } catch {
+        // released meanwhile: try again
+      }
+      if (tries > 2 || (Number.isInteger(pid) && pid > 0 && running(pid))) {
+        throw new IprError('data_busy', `${dataDir}: another build, update or rollback is running (pid ${pid}; ${file} names it)`);
+      }
+      rmSync(file, { force: true });
+    }
+  }
+  try {
+    return await work();
+  } finally {
+    rmSync(file, { force: true });
+    if (made && readdirSync(dataDir).length === 0) rmdirSync(dataDir);
+  }
+}
+
+/** Written by a rollback: updates leave the rolled-back-to snapshot alone until forced (update.ts). */
+export interface Hold {
+  at: string;
+  /** The snapshot rolled back from, and the one published instead. */
+  from: string;
+  to: string;
+}
+
+function holdFile(dataDir: string): string {
+  return path.join(snapshotsDir(dataDir), 'HOLD');
+}
+
+export function readHold(dataDir: string): Hold | null {
+  try {
+    return JSON.parse(readFileSync(holdFile(dataDir), 'utf8')) as Hold;
+  } catch {
+    return null;
+  }
+}
+
+export function clearHold(dataDir: string): void {
+  rmSync(holdFile(dataDir), { force: true });
+}
+
+/** The build time a snapshot's file name carries (newSnapshotPath), as an ISO date. */
+export function builtAtOfName(name: string): string {
+  const m = /^snap-([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{3})Z/.exec(name);
+  return m ? `${m[1]}-${m[2]}-${m[3]}T${m[4]}:${m[5]}:${m[6]}.${m[7]}Z` : '';
+}
+
+/**
+ * `ipr rollback`: publishes the newest snapshot older than the published one
+ * and holds updates (a scheduled update would otherwise rebuild the data
+ * rolled back from at once). The caller holds the data folder's lock.
+ */
+export function rollback(dataDir: string): Hold {
+  const current = publishedName(dataDir);
+  if (current === null) throw new IprError('snapshot_missing', `${snapshotsDir(dataDir)}: no snapshot is published`);
+  const earlier = readdirSync(snapshotsDir(dataDir))
+    .filter((n) => SNAPSHOT_PATTERN.test(n) && n < current)
+    .sort()
+    .pop();
+  if (earlier === undefined) {
+    throw new IprError('no_earlier_snapshot', `${snapshotsDir(dataDir)}: no snapshot older than ${current} is kept (--keep N keeps N)`);
+  }
+  publish(dataDir, path.join(snapshotsDir(dataDir), earlier));
+  const hold: Hold = { at: new Date().toISOString(), from: current, to: earlier };
+  writeFileSync(holdFile(dataDir), `${JSON.stringify(hold)}\n`);
+  return hold;
 }

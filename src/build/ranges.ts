@@ -78,10 +78,10 @@ class Batch {
 }
 
 export class RangeSink {
-  readonly #writer: NativeSnapshotWriter;
+  readonly #writer: Pick<NativeSnapshotWriter, 'add'>;
   readonly #batches = new Map<number, Batch>();
 
-  constructor(writer: NativeSnapshotWriter) {
+  constructor(writer: Pick<NativeSnapshotWriter, 'add'>) {
     this.#writer = writer;
   }
 

@@ -66,6 +66,8 @@ export interface Source {
   company?: CompanyConfig;
   /** License and attribution, shown by `ipr info` and the API documentation. */
   license?: string;
+  /** For `url` sources: the largest download accepted, in bytes (default fetch.ts MAX_FEED_BYTES). */
+  max_bytes?: number;
 }
 
 export interface SourcesConfig {
@@ -125,6 +127,12 @@ export function loadSources(file: string): SourcesConfig {
         fail(file, `${where}.company.domain must be a string`);
       }
       source.company = { name: c.name, type: c.type as CompanyType, domain: (c.domain as string | undefined) ?? null };
+    }
+    if (s.max_bytes !== undefined) {
+      if (source.url === undefined || !(Number.isSafeInteger(s.max_bytes) && (s.max_bytes as number) > 0)) {
+        fail(file, `${where}.max_bytes must be a positive whole number of bytes, on a url source`);
+      }
+      source.max_bytes = s.max_bytes as number;
     }
     if (s.license !== undefined) {
       if (typeof s.license !== 'string') fail(file, `${where}.license must be a string`);

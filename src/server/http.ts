@@ -8,6 +8,9 @@
  * read in the synchronous top of a handler (the request object dies after
  * it); onAborted is registered before waiting for the body; body chunks are
  * used or copied inside their callback; writes after the top are corked.
+ *
+ * Every answer goes through send(), which counts it in the worker's shared
+ * metrics (metrics.ts: no allocation) and, with an access log, logs it.
  */
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
@@ -16,6 +19,8 @@ import type { Snapshot } from '../snapshot.js';
 import { keyDigest, type AccountStore } from './accounts.js';
 import type { Clock } from './clock.js';
 import type { Limits, Verdict } from './limits.js';
+import type { AccessLog } from './log.js';
+import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 import type { Plan } from './plans.js';
 
 /** decisions.md: a /v1/check body over 8 KiB is refused. */
@@ -38,7 +43,13 @@ export interface ApiContext {
   draining(): boolean;
   /** Requests being answered, for a graceful shutdown. */
   inflight: { count: number };
-  onError(error: unknown, route: string): void;
+  /** This worker's request counters. */
+  metrics: WorkerMetrics;
+  /** One line per answered request, when set (README "Access log"). */
+  accessLog: AccessLog | null;
+  /** This worker's number: request ids are `<worker>-<sequence>`. */
+  worker: number;
+  onError(error: unknown, route: string, requestId: string): void;
 }
 
 const STATUS: Record<number, string> = {
@@ -65,6 +76,8 @@ export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string
 /** A cached answer to "what may this key do", valid until the store's version changes. */
 interface KeyGrant {
   id: number;
+  /** The key's first characters, as the dashboard shows them: all a log may say of a key. */
+  prefix: string;
   revoked: boolean;
   suspended: boolean;
   plan: Plan | undefined;
@@ -126,6 +139,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
       const account = ctx.store.account(record.account);
       grant = {
         id: record.id,
+        prefix: record.prefix,
         revoked: record.revoked !== null,
         suspended: account?.status !== 'active',
         plan: account ? ctx.plans.get(account.plan) : undefined,
@@ -169,6 +183,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     ctx.inflight.count--;
     if (state.aborted) return;
     const close = closeConnection || ctx.draining();
+    answered(state, status, ctx.accessLog === null ? null : res);
     res.cork(() => {
       res.writeStatus(STATUS[status]!);
       res.writeHeader('Content-Type', JSON_TYPE);
@@ -193,7 +208,18 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits, undefined, closeConnection);
   }
 
-  function sendLimited(res: HttpResponse, state: RequestState, v: Verdict): void {
+  /** Counts (and logs) an answer; status 0: the client went away first. `res` only when logging, before it ends. */
+  function answered(state: RequestState, status: number, res: HttpResponse | null): void {
+    const micros = elapsedMicros(state.started);
+    ctx.metrics.request(state.route, status, micros);
+    if (ctx.accessLog !== null) {
+      const client = res === null ? null : Buffer.from(res.getRemoteAddressAsText()).toString('latin1');
+      ctx.accessLog.request(`${ctx.worker}-${state.id}`, ROUTES[state.route]!, status, micros, state.key, client);
+    }
+  }
+
+  function sendLimited(res: HttpResponse, state: RequestState, v: Verdict, byAddress: boolean): void {
+    ctx.metrics.limited(byAddress ? Limit.Address : v.refusedBy === 'day' ? Limit.Day : Limit.Second);
     const message = v.refusedBy === 'day' ? ERROR_CODES.rate_limit_exceeded.message : PER_SECOND_MESSAGE;
     const body = JSON.stringify({ error: 'rate_limit_exceeded', message, details: {}, retry_after: v.retryAfter });
     send(res, state, 429, body, window(v), [['Retry-After', String(v.retryAfter)]]);
@@ -202,6 +228,23 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
   interface RequestState {
     aborted: boolean;
     done: boolean;
+    /** A Route value. */
+    route: number;
+    /** nowMicros() when the request reached the handler. */
+    started: number;
+    /** This worker's request sequence number. */
+    id: number;
+    /** The prefix of the request's valid key, once authenticated. */
+    key: string | null;
+  }
+
+  let sequence = 0;
+
+  /** The state of a request just arrived, counted in flight. */
+  function begin(route: number): RequestState {
+    ctx.inflight.count++;
+    sequence = (sequence + 1) % 0x40000000; // a small integer: no allocation
+    return { aborted: false, done: false, route, started: nowMicros(), id: sequence, key: null };
   }
 
   /**
@@ -210,15 +253,16 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
    * limits (429), then the body (413, 415). Calls `withBody` with the body
    * text and the key's grant and window; any throw answers 500.
    */
-  function keyed(route: string, maxBody: number, withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window) => void) {
+  function keyed(route: number, maxBody: number, withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window) => void) {
+    const routeName = ROUTES[route]!;
     return (res: HttpResponse, req: HttpRequest): void => {
-      const state: RequestState = { aborted: false, done: false };
-      ctx.inflight.count++;
+      const state = begin(route);
       res.onAborted(() => {
         state.aborted = true;
         if (!state.done) {
           state.done = true;
           ctx.inflight.count--;
+          answered(state, 0, null);
         }
       });
       try {
@@ -230,13 +274,14 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         const auth = authenticate(authorization, res);
         if (auth.grant === null) {
           const v = ctx.limits.admitAddress(clientBytes(res.getRemoteAddress()), ctx.unkeyedPerSecond, now);
-          if (!v.admitted) sendLimited(res, state, v);
+          if (!v.admitted) sendLimited(res, state, v, true);
           else sendError(res, state, auth.status === 401 ? 'unauthorized' : 'forbidden', window(v));
           return;
         }
+        state.key = auth.grant.prefix;
         const v = ctx.limits.admitKey(auth.grant.id, auth.grant.plan!, now);
         if (!v.admitted) {
-          sendLimited(res, state, v);
+          sendLimited(res, state, v, false);
           return;
         }
         const limits = window(v);
@@ -274,12 +319,12 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
             }
             withBody(res, state, text, grant, limits);
           } catch (error) {
-            ctx.onError(error, route);
+            ctx.onError(error, routeName, `${ctx.worker}-${state.id}`);
             sendError(res, state, 'internal_error', limits);
           }
         });
       } catch (error) {
-        ctx.onError(error, route);
+        ctx.onError(error, routeName, `${ctx.worker}-${state.id}`);
         sendError(res, state, 'internal_error', null);
       }
     };
@@ -297,7 +342,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
 
   app.post(
     '/v1/check',
-    keyed('/v1/check', MAX_CHECK_BODY, (res, state, text, _grant, limits) => {
+    keyed(Route.Check, MAX_CHECK_BODY, (res, state, text, _grant, limits) => {
       const body = parseObject(text);
       if (body === null) return sendError(res, state, 'invalid_json', limits);
       const ip = body.ip;
@@ -310,7 +355,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
 
   app.post(
     '/v1/check/batch',
-    keyed('/v1/check/batch', MAX_BATCH_BODY, (res, state, text, grant, limits) => {
+    keyed(Route.Batch, MAX_BATCH_BODY, (res, state, text, grant, limits) => {
       const body = parseObject(text);
       if (body === null) return sendError(res, state, 'invalid_json', limits);
       const ips = body.ips;
@@ -321,7 +366,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
       let window_ = limits;
       if (ips.length > 1) {
         const v = ctx.limits.admitKey(grant.id, grant.plan!, ctx.clock.now(), ips.length - 1);
-        if (!v.admitted) return sendLimited(res, state, v);
+        if (!v.admitted) return sendLimited(res, state, v, false);
         window_ = window(v);
       }
       send(res, state, 200, `{"results":[${ctx.snapshot.lookupManyJson(ips).join(',')}]}`, window_);
@@ -329,34 +374,30 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
   );
 
   app.get('/v1/health', (res) => {
-    const state: RequestState = { aborted: false, done: false };
-    ctx.inflight.count++;
+    const state = begin(Route.Health);
     const healthy = !ctx.draining();
     send(res, state, healthy ? 200 : 503, healthy ? '{"status":"healthy"}' : '{"status":"unavailable"}', null);
   });
 
   app.get('/v1/openapi.json', (res) => {
-    const state: RequestState = { aborted: false, done: false };
-    ctx.inflight.count++;
+    const state = begin(Route.OpenApi);
     send(res, state, 200, ctx.openapi, null);
   });
 
-  const allow: [string, string][] = [
-    ['/v1/check', 'POST'],
-    ['/v1/check/batch', 'POST'],
-    ['/v1/health', 'GET'],
-    ['/v1/openapi.json', 'GET'],
+  const allow: [number, string][] = [
+    [Route.Check, 'POST'],
+    [Route.Batch, 'POST'],
+    [Route.Health, 'GET'],
+    [Route.OpenApi, 'GET'],
   ];
-  for (const [path, methods] of allow) {
-    app.any(path, (res) => {
-      const state: RequestState = { aborted: false, done: false };
-      ctx.inflight.count++;
+  for (const [route, methods] of allow) {
+    app.any(ROUTES[route]!, (res) => {
+      const state = begin(route);
       send(res, state, 405, errorBody('method_not_allowed', { allowed: methods.split(', ') }), null, [['Allow', methods]]);
     });
   }
   app.any('/*', (res) => {
-    const state: RequestState = { aborted: false, done: false };
-    ctx.inflight.count++;
+    const state = begin(Route.Other);
     send(res, state, 404, errorBody('not_found'), null);
   });
   return app;

@@ -3,7 +3,8 @@
  * (and watches for newer ones: the mapping is per process, so every worker
  * moves with it), creates the shared limit table, loads the day's usage,
  * starts the worker threads on one port, persists usage every second, and on
- * close drains the workers, flushes, and returns.
+ * close drains the workers, flushes, and returns. Optionally it also runs
+ * scheduled updates (updater.ts) and the admin port (admin.ts).
  */
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
 import net from 'node:net';
@@ -12,11 +13,14 @@ import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from './accounts.js';
+import type { AdminServer, OperationsMetrics } from './admin.js';
 import { parseClockText, SharedClock, systemClock, type Clock } from './clock.js';
 import { createLimitState, Limits } from './limits.js';
 import { createLogger, type Logger } from './log.js';
 import { openapiDocument } from './openapi.js';
+import { createMetricsBuffer, MetricsReader } from './metrics.js';
 import { loadPlans } from './plans.js';
+import { ScheduledUpdates } from './updater.js';
 import { UsageRecorder } from './usage.js';
 import { loadUws } from './uws.js';
 import type { FromWorker, WorkerData } from './worker.js';
@@ -39,6 +43,12 @@ export interface ServeOptions {
   signup?: boolean;
   /** Behind a reverse proxy: trust its X-Forwarded-Proto, -For and -Host headers in the dashboard. */
   trustProxy?: boolean;
+  /** Run `ipr update` with this sources configuration every intervalMs, in a child process. */
+  update?: { sources: string; intervalMs: number; keep?: number };
+  /** Serve /metrics and /provenance on this port (default host 127.0.0.1; any other needs a token). */
+  admin?: { port: number; host?: string; token: string | null };
+  /** Append a JSON line per request to this file. */
+  accessLog?: string;
   log?: Logger;
 }
 
@@ -46,11 +56,15 @@ export interface RunningServer {
   host: string;
   port: number;
   workers: number;
+  /** Where the admin port listens, when there is one. */
+  admin: { host: string; port: number } | null;
   /** Stops accepting, answers what is in flight, flushes usage; resolves when done. */
   close(): Promise<void>;
 }
 
 const USAGE_FLUSH_MS = 1000;
+/** Often enough that no request counter wraps twice between two reads (metrics.ts). */
+const METRICS_FOLD_MS = 60_000;
 /** Answers in flight plus uWS's 10 s idle timeout for keep-alive connections, with room. */
 const DRAIN_TIMEOUT_MS = 30_000;
 
@@ -89,9 +103,16 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   if (!(Number.isInteger(workerCount) && workerCount >= 1)) throw new IprError('invalid_argument', '--workers takes a whole number from 1');
   loadUws(); // fail here, before anything starts, when only the fallback would load
 
+  const metricsBuffer = createMetricsBuffer(workerCount);
+  let operations: OperationsMetrics | null = null;
   const snapshot = openSnapshot(options.dataDir, {
     watch: options.watchMs ?? 250,
     onRefreshError: (error) => log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one'),
+    onSwap: () => {
+      operations?.snapshotSwapped();
+      const info = snapshot.info();
+      log.info({ event: 'snapshot', path: info.path, built_at: info.built_at }, 'serving a newly published snapshot');
+    },
   });
   const store = new AccountStore(options.dataDir);
   const plans = loadPlans();
@@ -133,6 +154,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         unkeyedPerSecond: options.unkeyedPerSecond ?? 20,
         openapi,
         dashboard: { signup: options.signup ?? false, trustProxy: options.trustProxy ?? false },
+        metrics: metricsBuffer,
+        accessLog: options.accessLog ?? null,
       };
       const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: data });
       const onMessage = (m: FromWorker) => {
@@ -143,10 +166,39 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       worker.once('error', (error) => reject(new IprError('server_failed', `worker ${index}: ${error.message}`)));
     });
 
+  const updates =
+    options.update === undefined
+      ? null
+      : new ScheduledUpdates({
+          dataDir: options.dataDir,
+          ...options.update,
+          builtAt: new Date(snapshot.info().built_at),
+          log,
+          onFinished: (run) => operations?.updateFinished(run),
+        });
+  let admin: AdminServer | null = null;
+  let foldTimer: NodeJS.Timeout | undefined;
   const port = options.port === 0 ? await freePort(host) : options.port;
   try {
+    if (options.admin !== undefined) {
+      // Loaded here: prom-client is for servers with an admin port, not every ipr command.
+      const { OperationsMetrics, provenance, startAdmin } = await import('./admin.js');
+      const reader = new MetricsReader(metricsBuffer);
+      operations = new OperationsMetrics(reader, snapshot);
+      foldTimer = setInterval(() => reader.fold(), METRICS_FOLD_MS);
+      admin = await startAdmin({
+        host: options.admin.host ?? '127.0.0.1',
+        port: options.admin.port,
+        token: options.admin.token,
+        metrics: operations,
+        provenance: () => provenance(snapshot, updates?.status() ?? null),
+      });
+    }
     for (let i = 0; i < workerCount; i++) workers.push((await start(i, port)).worker);
   } catch (error) {
+    await updates?.close();
+    await admin?.close();
+    clearInterval(foldTimer);
     await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
     snapshot.close();
     await store.close();
@@ -183,6 +235,9 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   let closing: Promise<void> | null = null;
   const close = () => {
     closing ??= (async () => {
+      await updates?.close();
+      await admin?.close();
+      clearInterval(foldTimer);
       const ended = await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
       if (ended.includes(false)) log.error('a worker still had connections after the drain timeout');
       clearInterval(flushTimer);
@@ -193,5 +248,5 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     })();
     return closing;
   };
-  return { host, port, workers: workerCount, close };
+  return { host, port, workers: workerCount, admin: admin && { host: admin.host, port: admin.port }, close };
 }

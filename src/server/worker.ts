@@ -11,7 +11,8 @@ import { AccountStore } from './accounts.js';
 import { SharedClock, systemClock } from './clock.js';
 import { createApi } from './http.js';
 import { Limits, type SharedLimitState } from './limits.js';
-import { createLogger } from './log.js';
+import { createAccessLog, createLogger } from './log.js';
+import { WorkerMetrics } from './metrics.js';
 import { loadPlans } from './plans.js';
 import { loadUws } from './uws.js';
 
@@ -26,6 +27,10 @@ export interface WorkerData {
   unkeyedPerSecond: number;
   openapi: string;
   dashboard: DashboardOptions;
+  /** The request counters of every worker (metrics.ts). */
+  metrics: SharedArrayBuffer;
+  /** The access log file, when requests are logged. */
+  accessLog: string | null;
 }
 
 /** Messages from the main thread. */
@@ -44,6 +49,7 @@ try {
   const store = new AccountStore(data.dataDir);
   let draining = false;
   const inflight = { count: 0 };
+  const accessLog = data.accessLog === null ? null : createAccessLog(data.accessLog, data.index);
   const shared = {
     snapshot,
     store,
@@ -57,7 +63,10 @@ try {
     ...shared,
     openapi: data.openapi,
     unkeyedPerSecond: data.unkeyedPerSecond,
-    onError: (error, route) => log.error({ route, err: error }, 'request failed'),
+    metrics: new WorkerMetrics(data.metrics, data.index),
+    accessLog,
+    worker: data.index,
+    onError: (error, route, req) => log.error({ req, route, err: error }, 'request failed'),
   });
   mountDashboard(app, { ...shared, ...data.dashboard, log });
   let listenSocket: unknown = null;

@@ -1,9 +1,13 @@
-// What every benchmark reports with its figures, and how it reduces rounds.
+// What the benchmarks share for reporting: where a result was measured (date,
+// CPU, cores, Node version, commit) and medians.
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-/** Date, CPU, cores, Node version and commit of a run. */
-export function environment(root) {
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+export function environment() {
   let commit = 'unknown';
   try {
     commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
