@@ -21,6 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { seededAddresses } from './addresses.js';
+import { createKeys, startServer } from './load.js';
 import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -34,7 +35,6 @@ const SEED = 20261123;
 const PACE_MS = 5;
 
 const run = promisify(execFile);
-const cli = path.join(root, 'dist', 'cli.js');
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -46,17 +46,20 @@ function freePort() {
   });
 }
 
-/** Starts a server process; resolves once its output matches `ready`. */
-function startServer(name, args, ready) {
+/** Starts a peer server process; resolves once it says it is listening. */
+function startPeer(name, args) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, IPR_LOG_LEVEL: 'warn' } });
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${output}`)), 60_000);
     const onData = (d) => {
       output += d;
-      if (ready.test(output)) {
+      if (/listening/.test(output)) {
         clearTimeout(timer);
-        resolve(child);
+        resolve({
+          process: child,
+          stop: () => new Promise((done) => (child.exitCode !== null ? done(child.exitCode) : (child.once('exit', done), child.kill('SIGTERM')))),
+        });
       }
     };
     child.stdout.on('data', onData);
@@ -65,15 +68,6 @@ function startServer(name, args, ready) {
       clearTimeout(timer);
       reject(new Error(`${name} exited with ${code}:\n${output}`));
     });
-  });
-}
-
-function stop(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve(child.exitCode);
-    child.removeAllListeners('exit');
-    child.once('exit', resolve);
-    child.kill('SIGTERM');
   });
 }
 
@@ -140,26 +134,18 @@ try {
   const snapshotBytes = statSync(path.join(dataDir, 'snapshots', snapshotName)).size;
 
   // 2,000 Enterprise keys of one account, made as an operator would.
-  const email = `bench-${Date.now()}@example.com`;
-  execFileSync(process.execPath, [cli, 'accounts', 'create', '--data', dataDir, '--email', email, '--plan', 'enterprise'], { input: 'benchmark password\n' });
-  const keys = execFileSync(process.execPath, [cli, 'keys', 'create', '--data', dataDir, '--account', email, '--name', 'bench', '--count', String(KEYS)], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'ignore'],
-    maxBuffer: 1 << 24,
-  })
-    .trim()
-    .split('\n');
+  const keys = createKeys(dataDir, KEYS);
   const keysFile = path.join(work, 'keys.txt');
   writeFileSync(keysFile, `${keys.join('\n')}\n`);
   const addresses = seededAddresses(REQUESTS, SEED);
   const requestsFile = path.join(work, 'requests.tsv');
   writeFileSync(requestsFile, addresses.map((ip, i) => `${keys[i % KEYS]}\t${ip}\n`).join(''));
 
-  const ports = { ours: await freePort(), 'bare uWS': await freePort(), 'Fastify+maxmind': await freePort() };
-  const ours = await startServer('ipr serve', [cli, 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', String(ports.ours), '--workers', String(WORKERS)], /serving http/);
+  const ours = await startServer(dataDir, { workers: WORKERS });
   servers.push(ours);
-  servers.push(await startServer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)], /listening/));
-  const fastify = await startServer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports['Fastify+maxmind']), String(WORKERS), keysFile], /listening/);
+  const ports = { ours: ours.port, 'bare uWS': await freePort(), 'Fastify+maxmind': await freePort() };
+  servers.push(await startPeer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)]));
+  const fastify = await startPeer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports['Fastify+maxmind']), String(WORKERS), keysFile]);
   servers.push(fastify);
 
   const contenders = Object.keys(ports);
@@ -195,20 +181,20 @@ try {
   pacedConnections = Math.max(2, Math.round((pacedConnections * rate) / calibration.per_second));
   const paced = count('ours', await wrk(ports.ours, requestsFile, { seconds: SECONDS, connections: pacedConnections, pauseMs: PACE_MS }));
 
-  const oursMemory = memory(ours.pid, snapshotName);
-  const fastifyRss = treeRss(fastify.pid);
+  const oursMemory = memory(ours.process.pid, snapshotName);
+  const fastifyRss = treeRss(fastify.process.pid);
 
   // Every request ours answered was counted against its key (the server
   // flushes usage every second and on SIGTERM). wrk stops with requests in
   // flight that the server answered and counted but wrk did not record: at
   // most one per connection per run.
-  await stop(ours);
+  await ours.stop();
   servers.splice(servers.indexOf(ours), 1);
-  const { AccountStore, dayOf } = await import('../dist/server/accounts.js');
+  const { AccountStore, dayOf, keyDigest } = await import('../dist/server/accounts.js');
   const store = new AccountStore(dataDir);
   const today = dayOf(Date.now());
   let counted = 0;
-  for (const k of store.listKeys(email)) counted += store.usage(k.id, today);
+  for (const key of keys) counted += store.usage(store.keyByDigest(keyDigest(key)).id, today);
   await store.close();
 
   console.log(`\nPOST /v1/check, ${CONNECTIONS} keep-alive connections, wrk -t2, ${WORKERS} server workers, median of ${ROUNDS} interleaved ${SECONDS} s rounds:`);
@@ -242,6 +228,6 @@ try {
   );
   console.log(`\nresults: ${path.relative(root, file)}`);
 } finally {
-  await Promise.all(servers.map(stop));
+  await Promise.all(servers.map((server) => server.stop()));
   rmSync(work, { recursive: true, force: true });
 }
