@@ -184,7 +184,7 @@ export class Snapshot {
       const onError = options.onRefreshError ?? (() => {});
       const onSwap = options.onSwap ?? (() => {});
       this.#timer = setInterval(() => {
-        this.#handle.refresh().then((swapped) => swapped && onSwap(), onError);
+        this.#handle.refresh().then((swapped) => this.#moved(swapped) && onSwap(), onError);
       }, every);
       this.#timer.unref();
     }
@@ -268,7 +268,17 @@ export class Snapshot {
    */
   async refresh(): Promise<boolean> {
     this.#assertOpen();
-    return this.#handle.refresh();
+    return this.#moved(await this.#handle.refresh());
+  }
+
+  /**
+   * After a swap, this handle lets go of the old snapshot at once (its
+   * records too), even if it never looks anything up again: the old file is
+   * unmapped when its last reader has moved on.
+   */
+  #moved(swapped: boolean): boolean {
+    if (swapped && !this.#closed) this.#syncRecords();
+    return swapped;
   }
 
   /** Releases this handle; the mapping closes when no handle in the process uses it. */

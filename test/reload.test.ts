@@ -55,6 +55,21 @@ t.test('refresh moves to the newly published snapshot; the old mapping goes with
   t.same(mapped().filter((f) => f === second), [second], 'the new one is mapped once');
 });
 
+t.test('a handle that only watches lets the old snapshot go too', async (t) => {
+  // A server's main thread watches but never looks up: it must not keep
+  // every snapshot it has seen mapped (and their pruned files on disk).
+  const dataDir = path.join(testDir(t), 'data');
+  const first = await publishFrom(dataDir, [VPN]);
+  const s = openSnapshot(dataDir);
+  t.teardown(() => s.close());
+  await publishFrom(dataDir, [TOR]);
+  t.equal(await s.refresh(), true, 'moved');
+  gc();
+  await sleep(50);
+  gc();
+  t.same(mapped().filter((f) => f === first), [], 'the old file is unmapped without a lookup');
+});
+
 t.test('watch: a snapshot published by someone else answers within a second', async (t) => {
   const dataDir = path.join(testDir(t), 'data');
   await publishFrom(dataDir, [VPN]);
