@@ -55,6 +55,31 @@ t.test('flipped bytes anywhere in the data are caught by the checksum', async (t
   }
 });
 
+t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE)', async (t) => {
+  const pageSizeAt = 48; // MDB_meta's page size, after LMDB's 24-byte page header
+  const cases: [string, (bytes: Buffer) => void][] = [
+    // A reordered file: the first page of the IPv4 trie over the second meta
+    // page. LMDB picked it for its higher "transaction id" and divided by its
+    // zero "page size".
+    ['meta page 1 overwritten by a data page', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      const trie = bytes.indexOf(Buffer.from('TRI3', 'latin1'));
+      const page = trie - (trie % pageSize);
+      bytes.copy(bytes, pageSize, page, page + pageSize);
+    }],
+    ['meta page 0 with page size 0', (bytes) => bytes.writeUInt32LE(0, pageSizeAt)],
+    ['meta page 0 with page size 3000', (bytes) => bytes.writeUInt32LE(3000, pageSizeAt)],
+  ];
+  for (const [name, damage] of cases) {
+    const { dir, file } = await damagedSnapshot(t, (f) => {
+      const bytes = readFileSync(f);
+      damage(bytes);
+      writeFileSync(f, bytes);
+    });
+    t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(`${path.basename(file)}: not a readable LMDB file \\(LMDB meta page [01] is damaged\\)`) }, name);
+  }
+});
+
 t.test('a snapshot of another format version is refused', async (t) => {
   const { dir } = await damagedSnapshot(t, (f) => {
     const bytes = readFileSync(f);

@@ -1,7 +1,9 @@
 #include "snapshot.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -15,6 +17,44 @@ uint32_t Load32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
+}
+
+// LMDB's meta pages, as the liblmdb of the lmdb package lays them out: a
+// 24-byte page header (flags at 18), then MDB_meta (magic, version, address,
+// map size, then the free-page database whose first field is the page size).
+constexpr size_t kMetaFlagsAt = 18, kMetaMagicAt = 24, kMetaVersionAt = 28, kMetaPageSizeAt = 48;
+constexpr uint16_t kMetaPageFlag = 0x08;
+constexpr uint32_t kLmdbMagic = 0xBEEFC0DE, kLmdbDataVersion = 2;
+
+// LMDB trusts its two meta pages: it checks the magic and version of the
+// first only, takes the page size from whichever has the higher transaction
+// id and divides by it before checking anything else (a meta page
+// overwritten by another page raised SIGFPE). Checks both, as LMDB will find
+// them: the second one page size after the first. Empty when they are sound.
+std::string CheckMetaPages(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "cannot be read";
+  uint8_t meta[2][kMetaPageSizeAt + 4];
+  uint32_t page_size = 0;
+  std::string problem;
+  for (int i = 0; i < 2 && problem.empty(); ++i) {
+    if (::pread(fd, meta[i], sizeof meta[i], static_cast<off_t>(i * page_size)) != static_cast<ssize_t>(sizeof meta[i])) {
+      problem = "too short for LMDB's meta pages";
+      break;
+    }
+    uint16_t flags;
+    std::memcpy(&flags, meta[i] + kMetaFlagsAt, 2);
+    uint32_t size = Load32(meta[i] + kMetaPageSizeAt);
+    // Page sizes LMDB writes: the OS page size, 4 KiB to 64 KiB.
+    bool size_ok = size >= 4096 && size <= 65536 && (size & (size - 1)) == 0 && (i == 0 || size == page_size);
+    if (!(flags & kMetaPageFlag) || Load32(meta[i] + kMetaMagicAt) != kLmdbMagic ||
+        (Load32(meta[i] + kMetaVersionAt) & 0xFFFF) != kLmdbDataVersion || !size_ok) {
+      problem = "LMDB meta page " + std::to_string(i) + " is damaged";
+    }
+    page_size = size;
+  }
+  ::close(fd);
+  return problem;
 }
 
 }  // namespace
@@ -78,6 +118,8 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   if (::stat(path.c_str(), &st) != 0) return fail("snapshot_missing", "file not found");
   if (!S_ISREG(st.st_mode)) return fail("snapshot_invalid", "not a regular file");
   file_size_ = static_cast<uint64_t>(st.st_size);
+  std::string meta_problem = CheckMetaPages(path);
+  if (!meta_problem.empty()) return fail("snapshot_invalid", "not a readable LMDB file (" + meta_problem + ")");
 
   int rc = mdb_env_create(&env_);
   if (rc == 0) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444);
