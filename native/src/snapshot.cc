@@ -57,6 +57,22 @@ std::string CheckMetaPages(const std::string& path) {
   return problem;
 }
 
+// LMDB's error as text, without mdb_strerror: the liblmdb of the lmdb package
+// returns a malloc'd copy from it, never freed, whenever one of its internal
+// notes is pending, and corrupt pages leave such notes (fuzz_snapshot found
+// 300 bytes leaked per refused file).
+std::string LmdbError(int rc) {
+  switch (rc) {
+    case MDB_NOTFOUND: return "MDB_NOTFOUND: no such key";
+    case MDB_PAGE_NOTFOUND: return "MDB_PAGE_NOTFOUND: a page number past the end";
+    case MDB_CORRUPTED: return "MDB_CORRUPTED: a page of the wrong type";
+    case MDB_INVALID: return "MDB_INVALID: not an LMDB file";
+    case MDB_VERSION_MISMATCH: return "MDB_VERSION_MISMATCH: another LMDB version";
+    case MDB_BAD_TXN: return "MDB_BAD_TXN: the read was refused";
+  }
+  return rc > 0 ? std::strerror(rc) : "LMDB error " + std::to_string(rc);
+}
+
 }  // namespace
 
 std::shared_ptr<const Snapshot> Snapshot::Open(const std::string& path, SnapshotError* error) {
@@ -123,7 +139,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
 
   int rc = mdb_env_create(&env_);
   if (rc == 0) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444);
-  if (rc != 0) return fail("snapshot_invalid", std::string("not a readable LMDB file (") + mdb_strerror(rc) + ")");
+  if (rc != 0) return fail("snapshot_invalid", "not a readable LMDB file (" + LmdbError(rc) + ")");
 
   // A truncated file maps fine, but touching a page past its end raises
   // SIGBUS: check that every page LMDB may read lies inside the file.
@@ -146,13 +162,13 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_);
   MDB_dbi dbi = 0;
   if (rc == 0) rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
-  if (rc != 0) return fail("snapshot_invalid", std::string("cannot read it (") + mdb_strerror(rc) + ")");
+  if (rc != 0) return fail("snapshot_invalid", "cannot read it (" + LmdbError(rc) + ")");
 
   auto get = [&](const char* name, Blob* blob) {
     MDB_val key{std::strlen(name), const_cast<char*>(name)};
     MDB_val val;
     int r = mdb_get(txn_, dbi, &key, &val);
-    if (r != 0) return fail("snapshot_invalid", std::string("no \"") + name + "\" entry (" + mdb_strerror(r) + ")");
+    if (r != 0) return fail("snapshot_invalid", std::string("no \"") + name + "\" entry (" + LmdbError(r) + ")");
     const uint8_t* data = static_cast<const uint8_t*>(val.mv_data);
     if (data < map_begin || data > map_end || val.mv_size > static_cast<size_t>(map_end - data)) {
       return fail("snapshot_invalid", std::string("entry \"") + name + "\" lies outside the file");
