@@ -8,6 +8,11 @@ import { buildFrom, feeds, fixtureFile, packageFile, testDir } from './helpers.j
 
 const vpnSource = { name: 'vpn', kind: 'vpn', format: 'cidr-list', path: path.join(feeds, 'vpn/ipv4.txt') };
 
+// Where LMDB's meta pages keep the page size and the main tree's root page
+// number (after LMDB's 24-byte page header; see native/src/snapshot.cc).
+const pageSizeAt = 48;
+const mainRootAt = 136;
+
 /** A data folder whose CURRENT names a copy of a real snapshot, changed by `damage`. */
 async function damagedSnapshot(t: Parameters<typeof buildFrom>[0], damage: (file: string) => void): Promise<{ dir: string; file: string }> {
   const { dataDir } = await buildFrom(t, [vpnSource], 'good');
@@ -56,7 +61,6 @@ t.test('flipped bytes anywhere in the data are caught by the checksum', async (t
 });
 
 t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE)', async (t) => {
-  const pageSizeAt = 48; // MDB_meta's page size, after LMDB's 24-byte page header
   const cases: [string, (bytes: Buffer) => void][] = [
     // A reordered file: the first page of the IPv4 trie over the second meta
     // page. LMDB picked it for its higher "transaction id" and divided by its
@@ -78,6 +82,32 @@ t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found 
     });
     t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(`${path.basename(file)}: not a readable LMDB file \\(LMDB meta page [01] is damaged\\)`) }, name);
   }
+});
+
+t.test('a damaged LMDB root page is refused before LMDB walks it (fuzz_snapshot: misaligned reads; SIGBUS)', async (t) => {
+  const { dir, file } = await damagedSnapshot(t, () => {});
+  const pristine = readFileSync(file);
+  const pageSize = pristine.readUInt32LE(pageSizeAt);
+  const root = Number(pristine.readBigUInt64LE(pageSize + mainRootAt)) * pageSize;
+  // The root leaf flagged as a branch page: LMDB reads the "header" node's
+  // data size as a child page number. Pointed at the last page of the file,
+  // which here reads as a leaf of 32,767 nodes, LMDB searched node offsets
+  // past the end of the file: SIGBUS killed the process.
+  const last = pristine.length / pageSize - 1;
+  const header = pristine.indexOf(Buffer.from('header', 'latin1'), root) - 8; // the node starts 8 bytes before its key
+  const branch = Buffer.from(pristine);
+  branch.writeUInt16LE(0x01, root + 18); // page flags: branch
+  branch.writeUInt32LE(last, header);
+  branch.writeUInt16LE(0x02, last * pageSize + 18); // leaf
+  branch.writeUInt16LE(0xfffe, last * pageSize + 20); // lower bound of free space: 32,767 nodes
+  branch.writeUInt16LE(0xfffe, last * pageSize + 22);
+  writeFileSync(file, branch);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'root page as a branch to the last page');
+  // A node at an odd offset: LMDB read it misaligned.
+  const bytes = Buffer.from(pristine);
+  bytes.writeUInt16LE(bytes.readUInt16LE(root + 24) + 1, root + 24);
+  writeFileSync(file, bytes);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'odd node offset');
 });
 
 t.test('a snapshot of another format version is refused', async (t) => {
