@@ -109,7 +109,8 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
     }
     page_size = size;
   }
-  std::vector<uint8_t> page(page_size);
+  // Sized only once the page size is known to be sound.
+  std::vector<uint8_t> page(problem.empty() ? page_size : 0);
   for (int i = 0; i < 2 && problem.empty(); ++i) {
     uint64_t root = Load64(meta[i] + kMainRootAt);
     if (root == kNoPage) continue;  // an empty tree: the first meta page of a new file
