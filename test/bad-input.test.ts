@@ -8,10 +8,13 @@ import { buildFrom, feeds, fixtureFile, packageFile, testDir } from './helpers.j
 
 const vpnSource = { name: 'vpn', kind: 'vpn', format: 'cidr-list', path: path.join(feeds, 'vpn/ipv4.txt') };
 
-// Where LMDB's meta pages keep the page size and the main tree's root page
-// number (after LMDB's 24-byte page header; see native/src/snapshot.cc).
+// Where LMDB's meta pages keep the page size, the map size, the main tree's
+// root page number and the last page number (after LMDB's 24-byte page
+// header; see native/src/snapshot.cc).
 const pageSizeAt = 48;
+const mapSizeAt = 40;
 const mainRootAt = 136;
+const lastPageAt = 144;
 
 /** A data folder whose CURRENT names a copy of a real snapshot, changed by `damage`. */
 async function damagedSnapshot(t: Parameters<typeof buildFrom>[0], damage: (file: string) => void): Promise<{ dir: string; file: string }> {
@@ -108,6 +111,23 @@ t.test('a damaged LMDB root page is refused before LMDB walks it (fuzz_snapshot:
   bytes.writeUInt16LE(bytes.readUInt16LE(root + 24) + 1, root + 24);
   writeFileSync(file, bytes);
   t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'odd node offset');
+});
+
+t.test('a meta page naming a map shorter than the file is refused', async (t) => {
+  // The second meta page (the newer one, which LMDB uses) with map size 0 and
+  // its last page moved down to the IPv4 trie's first page: LMDB maps only up
+  // to there, the trie's page number still passes its check, and reading the
+  // trie (the checksum) went past the mapping: a segmentation fault, or bytes
+  // of whatever memory followed.
+  const { dir } = await damagedSnapshot(t, (f) => {
+    const bytes = readFileSync(f);
+    const pageSize = bytes.readUInt32LE(pageSizeAt);
+    const triePage = Math.floor(bytes.indexOf(Buffer.from('TRI3', 'latin1')) / pageSize);
+    bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+    bytes.writeBigUInt64LE(BigInt(triePage), pageSize + lastPageAt);
+    writeFileSync(f, bytes);
+  });
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /entry "trie4" lies outside the file/ });
 });
 
 t.test('a snapshot of another format version is refused', async (t) => {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -219,7 +220,10 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
                                         std::to_string(file_size_));
   }
   const uint8_t* map_begin = static_cast<const uint8_t*>(info.me_mapaddr);
-  const uint8_t* map_end = map_begin + file_size_;
+  // Values must lie in the file and in the mapping: LMDB maps the size its
+  // meta page names (at least up to its last page), which a damaged meta page
+  // makes shorter than the file.
+  const uint8_t* map_end = map_begin + std::min<uint64_t>(file_size_, info.me_mapsize);
   // Ask for huge pages before the checksum pass reads the file in: random
   // lookups over a few hundred MiB otherwise spend much of their time on TLB
   // misses. Best effort: kernels without file THP ignore it.
