@@ -111,6 +111,20 @@ t.test('a damaged LMDB root page is refused before LMDB walks it (fuzz_snapshot:
   bytes.writeUInt16LE(bytes.readUInt16LE(root + 24) + 1, root + 24);
   writeFileSync(file, bytes);
   t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'odd node offset');
+  // The root moved to the last page, its last node ("trie6", a large value)
+  // at the page's end with room for the 8-byte page number only: LMDB copies
+  // 24 bytes there (page number, transaction id, page count), past the end
+  // of the file.
+  const moved = Buffer.from(pristine);
+  const lastAt = last * pageSize;
+  pristine.copy(moved, lastAt, root, root + pageSize);
+  moved.writeBigUInt64LE(BigInt(last), pageSize + mainRootAt);
+  const trie6 = pristine.indexOf(Buffer.from('trie6', 'latin1'), root) - 8;
+  const nodeAt = pageSize - 22; // node header 8, key 5, then 9 bytes of the 24
+  moved.writeUInt16LE(nodeAt - 24, lastAt + 24 + 2 * 7); // the last of the eight node offsets
+  pristine.copy(moved, lastAt + nodeAt, trie6, trie6 + 8 + 5 + 9);
+  writeFileSync(file, moved);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'large-value node cut by the end of the file');
 });
 
 t.test('a meta page naming a map shorter than the file is refused', async (t) => {

@@ -41,14 +41,15 @@ uint64_t Load64(const uint8_t* p) {
 // its flags at 4 and its root page number at 40. A leaf page goes on with one
 // uint16 per node: the node's offset from the end of the header. A node is
 // its data size (two uint16), flags, key size, the key, then the data or, for
-// a large value, the number of its first overflow page.
+// a large value, 24 bytes: its first overflow page's number, a transaction id
+// and its page count.
 namespace lmdb {
 constexpr size_t kHeaderSize = 24, kFlagsAt = 18, kLowerAt = 20, kUpperAt = 22;
 constexpr uint16_t kLeafPage = 0x02, kMetaPage = 0x08;
 constexpr size_t kMagicAt = 24, kVersionAt = 28, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136;
 constexpr uint32_t kMagic = 0xBEEFC0DE, kDataVersion = 2;
 constexpr uint64_t kNoPage = ~uint64_t{0};
-constexpr size_t kNodeHeaderSize = 8;
+constexpr size_t kNodeHeaderSize = 8, kOverflowRefSize = 24;
 constexpr uint16_t kBigData = 0x01;
 }  // namespace lmdb
 
@@ -70,7 +71,7 @@ bool LeafPageSound(const uint8_t* page, uint32_t page_size) {
     const uint8_t* node = page + at;
     uint16_t flags = Load16(node + 4);
     if ((flags & ~kBigData) != 0) return false;
-    uint64_t data = flags == kBigData ? 8 : (Load16(node) | uint64_t{Load16(node + 2)} << 16);
+    uint64_t data = flags == kBigData ? kOverflowRefSize : (Load16(node) | uint64_t{Load16(node + 2)} << 16);
     if (at + kNodeHeaderSize + Load16(node + 6) + data > page_size) return false;
   }
   return true;
