@@ -27,7 +27,13 @@
 //   - every answer's record ids are kNoRecord or within the record counts,
 //     their record texts within the record tables, the route length within
 //     the family's width; LookupBatch answers what Lookup answers;
-//   - no crash, no sanitizer report (ASan, UBSan), no hang.
+//   - no crash, no sanitizer report (ASan, UBSan, LeakSanitizer), no hang.
+//
+// The regions are listed at start; inputs name them by index, so the
+// committed seeds (native/fuzz/corpus/snapshot/) assume the layout of the seed
+// snapshot run.js builds. At exit the target prints how its inputs ended
+// (opened, or each reason of refusal, numbers elided): the figures of
+// docs/RELIABILITY.md.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
