@@ -8,6 +8,14 @@ import { buildFrom, feeds, fixtureFile, packageFile, testDir } from './helpers.j
 
 const vpnSource = { name: 'vpn', kind: 'vpn', format: 'cidr-list', path: path.join(feeds, 'vpn/ipv4.txt') };
 
+// Where LMDB's meta pages keep the page size, the map size, the main tree's
+// root page number and the last page number (after LMDB's 24-byte page
+// header; see native/src/snapshot.cc).
+const pageSizeAt = 48;
+const mapSizeAt = 40;
+const mainRootAt = 136;
+const lastPageAt = 144;
+
 /** A data folder whose CURRENT names a copy of a real snapshot, changed by `damage`. */
 async function damagedSnapshot(t: Parameters<typeof buildFrom>[0], damage: (file: string) => void): Promise<{ dir: string; file: string }> {
   const { dataDir } = await buildFrom(t, [vpnSource], 'good');
@@ -53,6 +61,87 @@ t.test('flipped bytes anywhere in the data are caught by the checksum', async (t
     });
     t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(`${path.basename(file)}.*(checksum|LMDB|entry|reach)`) }, `byte at ${at}`);
   }
+});
+
+t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE)', async (t) => {
+  const cases: [string, (bytes: Buffer) => void][] = [
+    // A reordered file: the first page of the IPv4 trie over the second meta
+    // page. LMDB picked it for its higher "transaction id" and divided by its
+    // zero "page size".
+    ['meta page 1 overwritten by a data page', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      const trie = bytes.indexOf(Buffer.from('TRI3', 'latin1'));
+      const page = trie - (trie % pageSize);
+      bytes.copy(bytes, pageSize, page, page + pageSize);
+    }],
+    ['meta page 0 with page size 0', (bytes) => bytes.writeUInt32LE(0, pageSizeAt)],
+    ['meta page 0 with page size 3000', (bytes) => bytes.writeUInt32LE(3000, pageSizeAt)],
+  ];
+  for (const [name, damage] of cases) {
+    const { dir, file } = await damagedSnapshot(t, (f) => {
+      const bytes = readFileSync(f);
+      damage(bytes);
+      writeFileSync(f, bytes);
+    });
+    t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: new RegExp(`${path.basename(file)}: not a readable LMDB file \\(LMDB meta page [01] is damaged\\)`) }, name);
+  }
+});
+
+t.test('a damaged LMDB root page is refused before LMDB walks it (fuzz_snapshot: misaligned reads; SIGBUS)', async (t) => {
+  const { dir, file } = await damagedSnapshot(t, () => {});
+  const pristine = readFileSync(file);
+  const pageSize = pristine.readUInt32LE(pageSizeAt);
+  const root = Number(pristine.readBigUInt64LE(pageSize + mainRootAt)) * pageSize;
+  // The root leaf flagged as a branch page: LMDB reads the "header" node's
+  // data size as a child page number. Pointed at the last page of the file,
+  // which here reads as a leaf of 32,767 nodes, LMDB searched node offsets
+  // past the end of the file: SIGBUS killed the process.
+  const last = pristine.length / pageSize - 1;
+  const header = pristine.indexOf(Buffer.from('header', 'latin1'), root) - 8; // the node starts 8 bytes before its key
+  const branch = Buffer.from(pristine);
+  branch.writeUInt16LE(0x01, root + 18); // page flags: branch
+  branch.writeUInt32LE(last, header);
+  branch.writeUInt16LE(0x02, last * pageSize + 18); // leaf
+  branch.writeUInt16LE(0xfffe, last * pageSize + 20); // lower bound of free space: 32,767 nodes
+  branch.writeUInt16LE(0xfffe, last * pageSize + 22);
+  writeFileSync(file, branch);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'root page as a branch to the last page');
+  // A node at an odd offset: LMDB read it misaligned.
+  const bytes = Buffer.from(pristine);
+  bytes.writeUInt16LE(bytes.readUInt16LE(root + 24) + 1, root + 24);
+  writeFileSync(file, bytes);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'odd node offset');
+  // The root moved to the last page, its last node ("trie6", a large value)
+  // at the page's end with room for the 8-byte page number only: LMDB copies
+  // 24 bytes there (page number, transaction id, page count), past the end
+  // of the file.
+  const moved = Buffer.from(pristine);
+  const lastAt = last * pageSize;
+  pristine.copy(moved, lastAt, root, root + pageSize);
+  moved.writeBigUInt64LE(BigInt(last), pageSize + mainRootAt);
+  const trie6 = pristine.indexOf(Buffer.from('trie6', 'latin1'), root) - 8;
+  const nodeAt = pageSize - 22; // node header 8, key 5, then 9 bytes of the 24
+  moved.writeUInt16LE(nodeAt - 24, lastAt + 24 + 2 * 7); // the last of the eight node offsets
+  pristine.copy(moved, lastAt + nodeAt, trie6, trie6 + 8 + 5 + 9);
+  writeFileSync(file, moved);
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'large-value node cut by the end of the file');
+});
+
+t.test('a meta page naming a map shorter than the file is refused', async (t) => {
+  // The second meta page (the newer one, which LMDB uses) with map size 0 and
+  // its last page moved down to the IPv4 trie's first page: LMDB maps only up
+  // to there, the trie's page number still passes its check, and reading the
+  // trie (the checksum) went past the mapping: a segmentation fault, or bytes
+  // of whatever memory followed.
+  const { dir } = await damagedSnapshot(t, (f) => {
+    const bytes = readFileSync(f);
+    const pageSize = bytes.readUInt32LE(pageSizeAt);
+    const triePage = Math.floor(bytes.indexOf(Buffer.from('TRI3', 'latin1')) / pageSize);
+    bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+    bytes.writeBigUInt64LE(BigInt(triePage), pageSize + lastPageAt);
+    writeFileSync(f, bytes);
+  });
+  t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /entry "trie4" lies outside the file/ });
 });
 
 t.test('a snapshot of another format version is refused', async (t) => {
