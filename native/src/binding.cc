@@ -176,19 +176,29 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return static_cast<uint32_t>(addr.family);
   }
 
-  // lookup(text) -> status; the entry is the buffer's first.
-  static napi_value FastLookup(napi_env env, napi_callback_info info) {
-    size_t argc = 1;
-    napi_value arg;
+  // The start of a hot call (a plain function bound to its handle): the
+  // handle, synced to the current snapshot, and the first argument (argc 0:
+  // none). Null, with a JS exception pending, when the handle is closed.
+  static SnapshotHandle* BeginCall(napi_env env, napi_callback_info info, napi_value* arg, size_t* argc) {
+    *argc = 1;
     void* data;
-    napi_value result;
-    if (napi_get_cb_info(env, info, &argc, &arg, nullptr, &data) != napi_ok) return nullptr;
+    if (napi_get_cb_info(env, info, argc, arg, nullptr, &data) != napi_ok) return nullptr;
     auto* self = static_cast<SnapshotHandle*>(data);
     if (!self->store_) {
       MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
       return nullptr;
     }
     self->Sync();
+    return self;
+  }
+
+  // lookup(text) -> status; the entry is the buffer's first.
+  static napi_value FastLookup(napi_env env, napi_callback_info info) {
+    size_t argc;
+    napi_value arg;
+    napi_value result;
+    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
+    if (self == nullptr) return nullptr;
     uint32_t status = argc < 1 ? 0 : self->LookupValue(env, arg, self->out_ + kHeaderBytes);
     napi_create_uint32(env, status, &result);
     return result;
@@ -257,17 +267,11 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   // does not fit the buffer (record texts are short; only a hostile snapshot
   // could hold such a record).
   static napi_value FastLookupJson(napi_env env, napi_callback_info info) {
-    size_t argc = 1;
+    size_t argc;
     napi_value arg;
-    void* data;
     napi_value result;
-    if (napi_get_cb_info(env, info, &argc, &arg, nullptr, &data) != napi_ok) return nullptr;
-    auto* self = static_cast<SnapshotHandle*>(data);
-    if (!self->store_) {
-      MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
-      return nullptr;
-    }
-    self->Sync();
+    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
+    if (self == nullptr) return nullptr;
     char text[kMaxAddressText + 2];
     size_t len = 0;
     ParsedAddress addr;
