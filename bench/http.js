@@ -21,7 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { seededAddresses } from './addresses.js';
-import { createKeys, startServer } from './load.js';
+import { cpuSeconds, createKeys, startServer } from './load.js';
 import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -101,11 +101,14 @@ function memory(pid, snapshotName) {
   return { rss_bytes: rss, snapshot_mappings: mappings, snapshot_rss_bytes: snapshotRss };
 }
 
-/** Resident memory of a process and its children (the cluster peer). */
-function treeRss(pid) {
-  const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).trim().split(/\s+/).filter(Boolean);
-  return [pid, ...children.map(Number)].reduce((sum, p) => sum + memory(p, '\0').rss_bytes, 0);
+/** A process and its children (the cluster peer's workers). */
+function tree(pid) {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+  return [pid, ...children.map(Number)];
 }
+
+const treeRss = (pid) => tree(pid).reduce((sum, p) => sum + memory(p, '\0').rss_bytes, 0);
+const treeCpu = (pid) => tree(pid).reduce((sum, p) => sum + cpuSeconds(p), 0);
 
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 
@@ -144,7 +147,8 @@ try {
   const ours = await startServer(dataDir, { workers: WORKERS });
   servers.push(ours);
   const ports = { ours: ours.port, 'bare uWS': await freePort(), 'Fastify+maxmind': await freePort() };
-  servers.push(await startPeer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)]));
+  const bare = await startPeer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)]);
+  servers.push(bare);
   const fastify = await startPeer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports['Fastify+maxmind']), String(WORKERS), keysFile]);
   servers.push(fastify);
 
@@ -160,15 +164,30 @@ try {
   };
   for (const name of contenders) count(name, await wrk(ports[name], requestsFile, { seconds: 3, connections: CONNECTIONS })); // warm-up
   const runs = Object.fromEntries(contenders.map((c) => [c, []]));
+  // Requests per second move with whatever else the shared cores do; the
+  // server CPU each answer cost is steadier, and its ratio is the ratio of
+  // what each server could answer on the same cores.
+  const pids = { ours: ours.process.pid, 'bare uWS': bare.process.pid, 'Fastify+maxmind': fastify.process.pid };
   for (let round = 0; round < ROUNDS; round++) {
     for (const name of contenders) {
-      runs[name].push(count(name, await wrk(ports[name], requestsFile, { seconds: SECONDS, connections: CONNECTIONS })));
+      const cpuBefore = treeCpu(pids[name]);
+      const r = count(name, await wrk(ports[name], requestsFile, { seconds: SECONDS, connections: CONNECTIONS }));
+      runs[name].push({ ...r, cpu_us_per_request: ((treeCpu(pids[name]) - cpuBefore) * 1e6) / r.requests });
     }
   }
   const summary = Object.fromEntries(
     contenders.map((name) => {
       const r = runs[name];
-      return [name, { per_second: median(r.map((x) => x.per_second)), p50_us: median(r.map((x) => x.latency_us.p50)), p99_us: median(r.map((x) => x.latency_us.p99)), failed: r.reduce((a, x) => a + x.failed, 0) }];
+      return [
+        name,
+        {
+          per_second: median(r.map((x) => x.per_second)),
+          cpu_us_per_request: median(r.map((x) => x.cpu_us_per_request)),
+          p50_us: median(r.map((x) => x.latency_us.p50)),
+          p99_us: median(r.map((x) => x.latency_us.p99)),
+          failed: r.reduce((a, x) => a + x.failed, 0),
+        },
+      ];
     }),
   );
 
@@ -198,14 +217,20 @@ try {
   await store.close();
 
   console.log(`\nPOST /v1/check, ${CONNECTIONS} keep-alive connections, wrk -t2, ${WORKERS} server workers, median of ${ROUNDS} interleaved ${SECONDS} s rounds:`);
-  console.log(`  ${'server'.padEnd(16)} ${'req/s'.padStart(9)} ${'p50'.padStart(9)} ${'p99'.padStart(9)}  failed`);
+  console.log(`  ${'server'.padEnd(16)} ${'req/s'.padStart(9)} ${'CPU/req'.padStart(9)} ${'p50'.padStart(9)} ${'p99'.padStart(9)}  failed`);
   for (const name of contenders) {
     const s = summary[name];
-    console.log(`  ${name.padEnd(16)} ${Math.round(s.per_second).toLocaleString('en-US').padStart(9)} ${(s.p50_us / 1000).toFixed(2).padStart(7)}ms ${(s.p99_us / 1000).toFixed(2).padStart(7)}ms  ${s.failed}`);
+    console.log(
+      `  ${name.padEnd(16)} ${Math.round(s.per_second).toLocaleString('en-US').padStart(9)} ${s.cpu_us_per_request.toFixed(1).padStart(7)}µs ` +
+        `${(s.p50_us / 1000).toFixed(2).padStart(7)}ms ${(s.p99_us / 1000).toFixed(2).padStart(7)}ms  ${s.failed}`,
+    );
   }
   const ratioBare = summary.ours.per_second / summary['bare uWS'].per_second;
   const ratioFastify = summary.ours.per_second / summary['Fastify+maxmind'].per_second;
-  console.log(`  ours / bare uWS = ${ratioBare.toFixed(2)} (goal >= 0.7); ours / Fastify+maxmind = ${ratioFastify.toFixed(1)} (goal >= 3)`);
+  const cpuRatioBare = summary['bare uWS'].cpu_us_per_request / summary.ours.cpu_us_per_request;
+  const cpuRatioFastify = summary['Fastify+maxmind'].cpu_us_per_request / summary.ours.cpu_us_per_request;
+  console.log(`  ours / bare uWS = ${ratioBare.toFixed(2)} in req/s, ${cpuRatioBare.toFixed(2)} in server CPU per request (goal >= 0.7)`);
+  console.log(`  ours / Fastify+maxmind = ${ratioFastify.toFixed(1)} in req/s, ${cpuRatioFastify.toFixed(1)} in server CPU per request (goal >= 3)`);
   console.log(
     `\nours at half its peak (${Math.round(rate).toLocaleString('en-US')} req/s asked, ${Math.round(paced.per_second).toLocaleString('en-US')} done, ` +
       `${pacedConnections} connections paced ${PACE_MS} ms): p50 ${(paced.latency_us.p50 / 1000).toFixed(2)} ms, p99 ${(paced.latency_us.p99 / 1000).toFixed(2)} ms (goal < 2 ms), failed ${paced.failed}`,
@@ -221,7 +246,7 @@ try {
   writeFileSync(
     file,
     JSON.stringify(
-      { environment: env, connections: CONNECTIONS, seconds: SECONDS, rounds: runs, summary, ratios: { bare: ratioBare, fastify: ratioFastify }, paced, memory: { ours: oursMemory, fastify_rss_bytes: fastifyRss, snapshot_bytes: snapshotBytes }, counted, recorded: oursRequests, failed: oursFailed },
+      { environment: env, connections: CONNECTIONS, seconds: SECONDS, rounds: runs, summary, ratios: { bare: ratioBare, fastify: ratioFastify, bare_cpu: cpuRatioBare, fastify_cpu: cpuRatioFastify }, paced, memory: { ours: oursMemory, fastify_rss_bytes: fastifyRss, snapshot_bytes: snapshotBytes }, counted, recorded: oursRequests, failed: oursFailed },
       null,
       2,
     ),
