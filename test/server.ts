@@ -4,7 +4,7 @@
  * dashboard would, from another process).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import type { Test } from 'tap';
@@ -37,6 +37,37 @@ export function dataDirWithFullSnapshot(t: Test, name = 'data'): string {
   mkdirSync(dataDir, { recursive: true });
   symlinkSync(path.join(fullDataDir, 'snapshots'), path.join(dataDir, 'snapshots'));
   return dataDir;
+}
+
+/**
+ * A data folder of the test's own holding a private copy of the full
+ * fixture's snapshot (about 210 MiB), for tests that damage the file.
+ */
+export function dataDirWithSnapshotCopy(t: Test, name = 'data'): string {
+  const dataDir = path.join(testDir(t), name);
+  const snapshots = path.join(dataDir, 'snapshots');
+  mkdirSync(snapshots, { recursive: true });
+  const current = readFileSync(path.join(fullDataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
+  copyFileSync(path.join(fullDataDir, 'snapshots', current), path.join(snapshots, current));
+  writeFileSync(path.join(snapshots, 'CURRENT'), `${current}\n`);
+  return dataDir;
+}
+
+/**
+ * A plans file with the spec's plans and `extra` ones (name: [per day or
+ * null, per second]), for IPR_PLANS_CONFIG.
+ */
+export function plansFile(t: Test, extra: Record<string, [number | null, number]>): string {
+  const file = path.join(testDir(t), 'plans.json');
+  const plans: Record<string, { requests_per_day: number | null; requests_per_second: number }> = {
+    free: { requests_per_day: 100, requests_per_second: 1 },
+    starter: { requests_per_day: 10_000, requests_per_second: 10 },
+    pro: { requests_per_day: 100_000, requests_per_second: 50 },
+    enterprise: { requests_per_day: null, requests_per_second: 100 },
+  };
+  for (const [name, [perDay, perSecond]] of Object.entries(extra)) plans[name] = { requests_per_day: perDay, requests_per_second: perSecond };
+  writeFileSync(file, JSON.stringify(plans));
+  return file;
 }
 
 export function clockFile(t: Test): string {
