@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
   snapshot_version: { status: 503, message: 'The snapshot has another format version' },
+  snapshot_damaged: { status: 503, message: 'The snapshot being served was changed on disk' },
   snapshot_closed: { status: 500, message: 'The snapshot was closed' },
   sources_invalid: { status: 500, message: 'The sources configuration is not valid' },
   source_unreadable: { status: 500, message: 'A source could not be read' },

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "checksum.h"
@@ -17,7 +18,38 @@ uint32_t Load32(const uint8_t* p) {
   return v;
 }
 
+FileStamp StampOf(const struct stat& st) {
+  return FileStamp{static_cast<uint64_t>(st.st_size), int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                   int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
+}
+
 }  // namespace
+
+FileStamp Snapshot::Stamp() const {
+  int fd = -1;
+  struct stat st;
+  if (mdb_env_get_fd(env_, &fd) != 0 || ::fstat(fd, &st) != 0) return FileStamp{};
+  return StampOf(st);
+}
+
+bool Snapshot::Verify(const FileStamp& now, SnapshotError* error) const {
+  if (now.size < file_size_) {
+    error->code = "snapshot_damaged";
+    error->message = "snapshot " + path_ + " was truncated to " + std::to_string(now.size) + " bytes while being served (it had " +
+                     std::to_string(file_size_) + "): lookups that reach past its end fault the process; publish a new snapshot";
+    return false;
+  }
+  uint64_t checksum = 0;
+  for (const Blob& blob : blobs_) checksum = Checksum64(blob.data, blob.size, checksum);
+  if (checksum != header_.checksum) {
+    error->code = "snapshot_damaged";
+    error->message = "snapshot " + path_ +
+                     " was written to while being served and no longer matches its checksum: some answers may be wrong "
+                     "until a new snapshot is published (ipr build)";
+    return false;
+  }
+  return true;
+}
 
 std::shared_ptr<const Snapshot> Snapshot::Open(const std::string& path, SnapshotError* error) {
   std::shared_ptr<Snapshot> snapshot(new Snapshot());
@@ -48,17 +80,9 @@ void Snapshot::LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) co
     }
     trie4_.LookupManyV4(v4, n4, v4_leaves);
     trie6_.LookupManyV6(v6, n6, v6_leaves);
-    for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k]);
-    for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k]);
+    for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k], 32);
+    for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k], 128);
   }
-}
-
-bool Snapshot::ValidLeaf(uint64_t v, unsigned key_bits) const {
-  const uint32_t* counts = header_.record_counts;
-  uint32_t asn = leaf::Asn(v), location = leaf::Location(v), provider = leaf::Provider(v);
-  return leaf::ReservedClear(v) && leaf::AsnLen(v) <= key_bits && (asn == kNoRecord || asn < counts[kAsnRecords]) &&
-         (location == kNoRecord || location < counts[kLocationRecords]) &&
-         (provider == 0 || provider - 1 < counts[kCompanyRecords]);
 }
 
 Snapshot::~Snapshot() {
@@ -78,6 +102,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   if (::stat(path.c_str(), &st) != 0) return fail("snapshot_missing", "file not found");
   if (!S_ISREG(st.st_mode)) return fail("snapshot_invalid", "not a regular file");
   file_size_ = static_cast<uint64_t>(st.st_size);
+  opened_stamp_ = StampOf(st);
 
   int rc = mdb_env_create(&env_);
   if (rc == 0) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444);
@@ -137,6 +162,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     checksum = Checksum64(blobs[i].data, blobs[i].size, checksum);
   }
   if (checksum != header_.checksum) return fail("snapshot_invalid", "checksum mismatch: the file is corrupt");
+  std::copy(blobs, blobs + kBlobCount, blobs_);
   meta_ = blobs[0];
   asn_company_ = blobs[3];
 
@@ -187,6 +213,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
       if (*p < 0x20 || *p > 0x7E) return fail("snapshot_invalid", std::string(name) + " holds a non-ASCII byte");
     }
     records_[k] = b;
+    record_bytes_[k] = bytes;
   }
   return true;
 }

@@ -91,7 +91,10 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
 
   const snapshot = openSnapshot(options.dataDir, {
     watch: options.watchMs ?? 250,
-    onRefreshError: (error) => log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one'),
+    onRefreshError: (error) =>
+      error.code === 'snapshot_damaged'
+        ? log.error({ err: error }, 'the snapshot being served was changed on disk; still serving it')
+        : log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one'),
   });
   const store = new AccountStore(options.dataDir);
   const plans = loadPlans();
