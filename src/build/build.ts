@@ -3,13 +3,12 @@
  * into the native writer, then one new snapshot file, published atomically.
  * A source that cannot be used fails the build before anything is published.
  */
-import { statSync } from 'node:fs';
-import { readFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { IprError } from '../errors.js';
 import { native } from '../native.js';
 import { fetchSource } from './fetch.js';
 import { IMPORTERS } from './importers.js';
-import { newSnapshotPath, prune, publish } from './publish.js';
+import { newSnapshotPath, partialPath, prune, publish, removeAbandoned } from './publish.js';
 import { RangeSink } from './ranges.js';
 import { Records } from './records.js';
 import { loadSources, localPath, origin, type Source, type SourcesConfig } from './sources.js';
@@ -157,8 +156,18 @@ export async function buildSnapshot(options: BuildOptions): Promise<BuildSummary
 
   options.onProgress?.({ phase: 'write' });
   const file = newSnapshotPath(options.dataDir, builtAt);
-  writer.write(file, JSON.stringify(meta), builtAt.getTime());
-  publish(options.dataDir, file);
+  for (const name of removeAbandoned(options.dataDir)) warn(`removed ${name}, left by a build that did not finish`);
+  const partial = partialPath(file);
+  writer.write(partial, JSON.stringify(meta), builtAt.getTime());
+  try {
+    renameSync(partial, file);
+    publish(options.dataDir, file);
+  } catch (error) {
+    rmSync(partial, { force: true });
+    rmSync(file, { force: true });
+    if (error instanceof IprError) throw error;
+    throw new IprError('write_failed', `snapshot ${file}: ${(error as Error).message}`);
+  }
   const pruned = prune(options.dataDir, (options.keep ?? 2) + 1);
   return {
     snapshot: file,
