@@ -169,6 +169,29 @@ function tmpfs(t: Parameters<typeof testDir>[0], options: string): string | null
   return dir;
 }
 
+t.test('a full disk during a build: a clear error, the old snapshot kept and served, nothing left behind', async (t) => {
+  const sources = sourcesWithoutGeo(t);
+  // Room for one snapshot of about 28 MiB and not for a second.
+  const disk = tmpfs(t, 'size=48m');
+  if (disk === null) return t.skip('mount -t tmpfs failed: run as root (or with CAP_SYS_ADMIN) to try a full disk');
+  const dataDir = path.join(disk, 'data');
+  t.equal(ipr('build', '--sources', sources, '--data', dataDir).code, 0, 'the first build fits');
+  const old = published(dataDir);
+  const ips = seededAddresses(1000, 73);
+  const reference = openSnapshot(dataDir);
+  const expected = `200 {"results":[${reference.lookupManyJson(ips).join(',')}]}`;
+  reference.close();
+  const { server, key } = await serverOn(t, dataDir);
+
+  const full = ipr('build', '--sources', sources, '--data', dataDir);
+  t.equal(full.code, 1, 'exit code 1: an operator error');
+  t.match(full.stderr, /ipr: snapshot .*: not written \(no space left on device: the snapshot needs [0-9.]+ MiB and the file system has [0-9.]+ MiB free\)\n$/);
+  t.notMatch(full.stderr, /\n\s+at /, 'no stack trace');
+  t.equal(published(dataDir), old, 'the old snapshot stays published');
+  t.same(readdirSync(path.join(dataDir, 'snapshots')).sort(), ['CURRENT', old], 'nothing of the failed build is left');
+  t.equal(await served(server, key, ips), expected, 'and served');
+});
+
 t.test('no room for CURRENT at publication (no inode left): a clear error, the old snapshot kept, the new file removed', async (t) => {
   const sources = sourcesWithoutGeo(t);
   const disk = tmpfs(t, 'size=128m,nr_inodes=64');
