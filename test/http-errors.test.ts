@@ -138,6 +138,22 @@ t.test('every invalid address form answers 400 invalid_ip with the input as text
   }
 });
 
+t.test('deeply nested input: invalid_ip with its first 64 characters, never a 500', async (t) => {
+  const server = await startServer(t);
+  const store = accountStore(t, server.dataDir);
+  const key = await accountWithKey(store, 'nested@example.com', 'enterprise');
+  const post = (path: string, body: string) => request(server.port, path, { headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+  const INVALID = (shown: string) => errorOf('invalid_ip', 'The IP address format is invalid', { ip: shown });
+  // As deep as 8 KiB allows in a check, 25,000 levels in a batch (of 64 KiB at most): JSON.stringify overflows the stack on those.
+  const check = await post('/v1/check', `{"ip":${'['.repeat(4090)}${']'.repeat(4090)}}`);
+  t.same([check.status, check.json], [400, INVALID('['.repeat(64))]);
+  const batch = await post('/v1/check/batch', `{"ips":["8.8.8.8",${'['.repeat(25_000)}${']'.repeat(25_000)},${'{"a":'.repeat(2000)}1${'}'.repeat(2000)}]}`);
+  t.equal(batch.status, 200);
+  t.same(batch.json.results.slice(1), [INVALID('['.repeat(64)), INVALID('{"a":'.repeat(13).slice(0, 64))]);
+  t.equal(batch.json.results[0].ip, '8.8.8.8');
+  t.notMatch(server.output(), /request failed/);
+});
+
 t.test('order: authentication, then limits, then the body; what counts', async (t) => {
   const server = await startServer(t);
   const store = accountStore(t, server.dataDir);
