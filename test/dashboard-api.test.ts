@@ -442,7 +442,7 @@ t.test('security headers on every dashboard answer; pages and files with their t
   t.same([unknownPage!.status, unknownPage!.headers['content-type']], [404, 'text/html; charset=utf-8']);
   t.equal(unknownFile!.status, 404);
   t.same([unknownApi!.status, unknownApi!.json.error], [404, 'not_found']);
-  t.same([wrongMethod!.status, wrongMethod!.headers.allow], [405, 'GET, POST']);
+  t.same([wrongMethod!.status, wrongMethod!.headers.allow], [405, 'GET, HEAD, POST']);
 
   // No inline script or style in any page: the CSP would block them.
   for (const name of ['keys', 'usage', 'account', 'sign-in']) {

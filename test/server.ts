@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import type { Test } from 'tap';
 import { AccountStore } from '../src/server/accounts.js';
@@ -169,6 +170,114 @@ export function request(port: number, urlPath: string, options: RequestOptions =
       req.write(body);
     }
     req.end();
+  });
+}
+
+/** One HTTP/1.1 answer read off a raw connection. */
+export interface RawAnswer {
+  status: number;
+  /** Header names in lower case; a repeated header keeps its last value. */
+  headers: Record<string, string>;
+  /** The content, as latin1 text (byte for byte). */
+  body: string;
+}
+
+export interface Exchange {
+  answers: RawAnswer[];
+  /** The server closed the connection (before `count` answers, or after them within `waitMs`). */
+  closed: boolean;
+  /** Bytes after the last whole answer; an error message when the server's bytes are not HTTP. */
+  rest: string;
+  malformed: string | null;
+}
+
+export interface ExchangeOptions {
+  /** Which answers are to HEAD requests (no content follows their headers). */
+  head?: boolean[];
+  /** Give up after this long without the answers (default 5 s). */
+  timeoutMs?: number;
+  /** The client's address: any 127.0.0.0/8 address reaches a server on 127.0.0.1. */
+  localAddress?: string;
+  /** Once `count` answers are in, wait this long for a close before returning (default 0). */
+  waitMs?: number;
+}
+
+/**
+ * Parses whole HTTP/1.1 answers from `data`, strictly: a status line, header
+ * lines, an empty line and Content-Length bytes of content (1xx interim
+ * answers are skipped). Returns them and the offset after the last; sets
+ * `malformed` when the bytes cannot be an answer.
+ */
+function parseAnswers(data: Buffer, head: boolean[], from: number): { answers: RawAnswer[]; offset: number; malformed: string | null } {
+  const answers: RawAnswer[] = [];
+  let offset = 0;
+  for (;;) {
+    const end = data.indexOf('\r\n\r\n', offset, 'latin1');
+    if (end < 0) return { answers, offset, malformed: null };
+    const lines = data.toString('latin1', offset, end).split('\r\n');
+    const status = /^HTTP\/1\.1 ([1-5][0-9]{2}) [ -~]*$/.exec(lines[0]!);
+    if (status === null) return { answers, offset, malformed: `not a status line: ${JSON.stringify(lines[0]!.slice(0, 80))}` };
+    const headers: Record<string, string> = {};
+    for (const line of lines.slice(1)) {
+      const match = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+): ?([ -~\t]*)$/.exec(line);
+      if (match === null) return { answers, offset, malformed: `not a header line: ${JSON.stringify(line.slice(0, 80))}` };
+      headers[match[1]!.toLowerCase()] = match[2]!;
+    }
+    const code = Number(status[1]);
+    if (code < 200) {
+      offset = end + 4;
+      continue;
+    }
+    const length = headers['content-length'];
+    if (length === undefined || !/^[0-9]+$/.test(length)) return { answers, offset, malformed: `an answer without Content-Length: ${lines[0]}` };
+    const size = head[from + answers.length] ? 0 : Number(length);
+    if (data.length < end + 4 + size) return { answers, offset, malformed: null };
+    answers.push({ status: code, headers, body: data.toString('latin1', end + 4, end + 4 + size) });
+    offset = end + 4 + size;
+  }
+}
+
+/**
+ * Sends raw bytes on a new connection and reads up to `count` answers: for
+ * what a normal client cannot send (pipelines, repeated or odd headers,
+ * broken framing).
+ */
+export function exchange(port: number, bytes: string | Buffer, count: number, options: ExchangeOptions = {}): Promise<Exchange> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port, ...(options.localAddress ? { localAddress: options.localAddress } : {}) });
+    let data = Buffer.alloc(0);
+    let answers: RawAnswer[] = [];
+    let malformed: string | null = null;
+    let closed = false;
+    let settled = false;
+    let linger: NodeJS.Timeout | undefined;
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(linger);
+      socket.destroy();
+      resolve({ answers, closed, rest: data.toString('latin1'), malformed });
+    };
+    const timer = setTimeout(finish, options.timeoutMs ?? 5000);
+    socket.on('data', (chunk: Buffer) => {
+      data = Buffer.concat([data, chunk]);
+      const parsed = parseAnswers(data, options.head ?? [], answers.length);
+      answers = answers.concat(parsed.answers);
+      data = data.subarray(parsed.offset);
+      malformed = parsed.malformed;
+      if (malformed !== null || answers.length > count) finish();
+      else if (answers.length === count && linger === undefined) linger = setTimeout(finish, options.waitMs ?? 0);
+    });
+    socket.on('close', () => {
+      closed = true;
+      finish();
+    });
+    socket.on('error', () => {
+      closed = true;
+      finish();
+    });
+    socket.write(bytes);
   });
 }
 

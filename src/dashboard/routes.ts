@@ -24,7 +24,7 @@ import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, IprError, type ErrorCode } from '../errors.js';
 import type { AccountStore } from '../server/accounts.js';
-import { clientAddress, clientBytes, errorBody } from '../server/http.js';
+import { clientAddress, clientBytes, endHead, errorBody } from '../server/http.js';
 import type { Logger } from '../server/log.js';
 import { Sessions, sessionCookie, type CurrentSession } from './sessions.js';
 import { accountView, createKey, keysView, keyView, sourcesView, usageView, type ViewContext } from './views.js';
@@ -181,9 +181,15 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     };
   }
 
-  /** One answer per request, whether it comes at once or after an await; nothing after an abort. */
-  function exchange(res: HttpResponse) {
+  /**
+   * One answer per request, whether it comes at once or after an await;
+   * nothing after an abort. A HEAD request is answered as GET would be,
+   * without content (RFC 9110: bytes after its headers would be read as the
+   * next answer).
+   */
+  function exchange(res: HttpResponse, req: HttpRequest) {
     const state = { aborted: false, done: false };
+    const head = req.getMethod() === 'head';
     ctx.inflight.count++;
     res.onAborted(() => {
       state.aborted = true;
@@ -203,7 +209,8 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
           for (const [name, value] of SECURITY_HEADERS) res.writeHeader(name, value);
           if (req?.secure) res.writeHeader(...HSTS);
           for (const [name, value] of headers) res.writeHeader(name, value);
-          res.end(body, close || ctx.draining());
+          if (head) endHead(res, Buffer.byteLength(body), close || ctx.draining());
+          else res.end(body, close || ctx.draining());
         });
       },
     };
@@ -283,9 +290,9 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   /** A JSON endpoint: checks, body, then the handler; an IprError answers its code, anything else 500. */
   function route(method: 'get' | 'post' | 'put' | 'del', pattern: string, options: RouteOptions, handler: (call: Call) => Answer | Promise<Answer>): void {
     const params = pattern.split('/').filter((s) => s.startsWith(':')).length;
-    allowed.set(pattern, [...(allowed.get(pattern) ?? []), method === 'del' ? 'DELETE' : method.toUpperCase()]);
-    app[method](pattern, (res, req) => {
-      const ex = exchange(res);
+    allowed.set(pattern, [...(allowed.get(pattern) ?? []), ...(method === 'del' ? ['DELETE'] : method === 'get' ? ['GET', 'HEAD'] : [method.toUpperCase()])]);
+    const handle = (res: HttpResponse, req: HttpRequest) => {
+      const ex = exchange(res, req);
       let r: Incoming | null = null;
       const fail = (error: unknown) => {
         if (error instanceof IprError && error.code === 'invalid_argument') return sendError(ex, r, 'invalid_request', error.message);
@@ -310,7 +317,9 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       } catch (error) {
         fail(error);
       }
-    });
+    };
+    app[method](pattern, handle);
+    if (method === 'get') app.head(pattern, handle);
   }
 
   // Sessions.
@@ -361,18 +370,19 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   route('get', '/dashboard/api/about', { signedIn: false }, () => ({ body: { signup: ctx.signup, sources: sourcesView(ctx) } }));
 
   for (const [pattern, methods] of allowed) {
-    app.any(pattern, (res) => {
-      const ex = exchange(res);
+    app.any(pattern, (res, req) => {
+      const ex = exchange(res, req);
       sendJson(ex, null, 405, errorBody('method_not_allowed', { allowed: methods }), undefined, [['Allow', methods.join(', ')]]);
     });
   }
 
-  // Pages and their files.
-  const toKeys = (res: HttpResponse, req: HttpRequest) => redirect(exchange(res), incoming(res, req, 0), '/dashboard/keys');
-  app.get('/dashboard', toKeys);
-  app.get('/dashboard/', toKeys);
-  app.get('/dashboard/:page', (res, req) => {
-    const ex = exchange(res);
+  // Pages and their files; HEAD answers as GET (exchange leaves the content out).
+  const getOrHead = (pattern: string, handler: (res: HttpResponse, req: HttpRequest) => void) => app.get(pattern, handler).head(pattern, handler);
+  const toKeys = (res: HttpResponse, req: HttpRequest) => redirect(exchange(res, req), incoming(res, req, 0), '/dashboard/keys');
+  getOrHead('/dashboard', toKeys);
+  getOrHead('/dashboard/', toKeys);
+  getOrHead('/dashboard/:page', (res, req) => {
+    const ex = exchange(res, req);
     const r = incoming(res, req, 1);
     const page = r.params[0]!;
     const needsSession = PAGES[page];
@@ -383,12 +393,13 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     // no-store: after sign-out, Back must not show a signed-in page from memory.
     sendFile(ex, r, files.get(`${page}.html`), 'no-store');
   });
-  app.get('/dashboard/assets/:name', (res, req) => {
+  getOrHead('/dashboard/assets/:name', (res, req) => {
+    const ex = exchange(res, req);
     const r = incoming(res, req, 1);
-    sendFile(exchange(res), r, files.get(`assets/${r.params[0]}`), 'no-cache');
+    sendFile(ex, r, files.get(`assets/${r.params[0]}`), 'no-cache');
   });
   app.any('/dashboard/*', (res, req) => {
-    const ex = exchange(res);
+    const ex = exchange(res, req);
     const r = incoming(res, req, 0);
     if (req.getUrl().startsWith('/dashboard/api/')) sendError(ex, r, 'not_found');
     else sendNotFoundPage(ex, r);

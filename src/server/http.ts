@@ -62,6 +62,23 @@ export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string
   return JSON.stringify({ error: code, message, details });
 }
 
+/**
+ * Ends the answer to a HEAD request (inside a cork): the headers GET would
+ * get, with the Content-Length of its content, and no content, which would
+ * be read as the next answer (RFC 9110). uWS 20.30's endWithoutBody ends a
+ * response only when called without arguments (given a length, it leaves
+ * the response open and uWS aborts the process), so the length is written
+ * as a header; a closing answer says Content-Length: 0 instead.
+ */
+export function endHead(res: HttpResponse, length: number, close: boolean): void {
+  if (close) {
+    res.end('', true);
+    return;
+  }
+  res.writeHeader('Content-Length', String(length));
+  res.endWithoutBody();
+}
+
 /** A cached answer to "what may this key do", valid until the store's version changes. */
 interface KeyGrant {
   id: number;
@@ -178,7 +195,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         res.writeHeader('X-RateLimit-Reset', String(limits[2]));
       }
       if (extra) for (const [name, value] of extra) res.writeHeader(name, value);
-      res.end(body, close);
+      if (state.head) endHead(res, typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength, close);
+      else res.end(body, close);
     });
   }
 
@@ -202,6 +220,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
   interface RequestState {
     aborted: boolean;
     done: boolean;
+    /** A HEAD request: answered as GET would be, without content. */
+    head: boolean;
   }
 
   /**
@@ -212,7 +232,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
    */
   function keyed(route: string, maxBody: number, withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window) => void) {
     return (res: HttpResponse, req: HttpRequest): void => {
-      const state: RequestState = { aborted: false, done: false };
+      const state: RequestState = { aborted: false, done: false, head: false };
       ctx.inflight.count++;
       res.onAborted(() => {
         state.aborted = true;
@@ -328,34 +348,38 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     }),
   );
 
-  app.get('/v1/health', (res) => {
-    const state: RequestState = { aborted: false, done: false };
+  const health = (res: HttpResponse, req: HttpRequest) => {
+    const state: RequestState = { aborted: false, done: false, head: req.getMethod() === 'head' };
     ctx.inflight.count++;
     const healthy = !ctx.draining();
     send(res, state, healthy ? 200 : 503, healthy ? '{"status":"healthy"}' : '{"status":"unavailable"}', null);
-  });
+  };
+  app.get('/v1/health', health);
+  app.head('/v1/health', health);
 
-  app.get('/v1/openapi.json', (res) => {
-    const state: RequestState = { aborted: false, done: false };
+  const openapi = (res: HttpResponse, req: HttpRequest) => {
+    const state: RequestState = { aborted: false, done: false, head: req.getMethod() === 'head' };
     ctx.inflight.count++;
     send(res, state, 200, ctx.openapi, null);
-  });
+  };
+  app.get('/v1/openapi.json', openapi);
+  app.head('/v1/openapi.json', openapi);
 
   const allow: [string, string][] = [
     ['/v1/check', 'POST'],
     ['/v1/check/batch', 'POST'],
-    ['/v1/health', 'GET'],
-    ['/v1/openapi.json', 'GET'],
+    ['/v1/health', 'GET, HEAD'],
+    ['/v1/openapi.json', 'GET, HEAD'],
   ];
   for (const [path, methods] of allow) {
-    app.any(path, (res) => {
-      const state: RequestState = { aborted: false, done: false };
+    app.any(path, (res, req) => {
+      const state: RequestState = { aborted: false, done: false, head: req.getMethod() === 'head' };
       ctx.inflight.count++;
       send(res, state, 405, errorBody('method_not_allowed', { allowed: methods.split(', ') }), null, [['Allow', methods]]);
     });
   }
-  app.any('/*', (res) => {
-    const state: RequestState = { aborted: false, done: false };
+  app.any('/*', (res, req) => {
+    const state: RequestState = { aborted: false, done: false, head: req.getMethod() === 'head' };
     ctx.inflight.count++;
     send(res, state, 404, errorBody('not_found'), null);
   });
