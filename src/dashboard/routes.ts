@@ -202,32 +202,32 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       return !state.aborted;
     }
     return {
-      send(req: Incoming | null, status: number, headers: [string, string][], body: string | Buffer = '', close = false): void {
+      send(req: Incoming | null, status: number, headers: [string, string][], body: string | Buffer = ''): void {
         if (!finish()) return;
         res.cork(() => {
           res.writeStatus(`${status} ${STATUS_CODES[status]}`);
           for (const [name, value] of SECURITY_HEADERS) res.writeHeader(name, value);
           if (req?.secure) res.writeHeader(...HSTS);
           for (const [name, value] of headers) res.writeHeader(name, value);
-          if (head) endHead(res, Buffer.byteLength(body), close || ctx.draining());
-          else res.end(body, close || ctx.draining());
+          if (head) endHead(res, Buffer.byteLength(body), ctx.draining());
+          else res.end(body, ctx.draining());
         });
       },
     };
   }
   type Exchange = ReturnType<typeof exchange>;
 
-  function sendJson(ex: Exchange, req: Incoming | null, status: number, json: string, cookie?: string, extra: [string, string][] = [], close = false): void {
+  function sendJson(ex: Exchange, req: Incoming | null, status: number, json: string, cookie?: string, extra: [string, string][] = []): void {
     const headers: [string, string][] = [['Content-Type', 'application/json; charset=utf-8'], ['Cache-Control', 'no-store'], ...extra];
     if (cookie !== undefined) headers.push(['Set-Cookie', cookie]);
-    ex.send(req, status, headers, json, close);
+    ex.send(req, status, headers, json);
   }
 
-  function sendError(ex: Exchange, req: Incoming | null, code: ErrorCode, message?: string, details: Record<string, unknown> = {}, close = false): void {
+  function sendError(ex: Exchange, req: Incoming | null, code: ErrorCode, message?: string, details: Record<string, unknown> = {}): void {
     const extra: [string, string][] = typeof details.retry_after === 'number' ? [['Retry-After', String(details.retry_after)]] : [];
     // A request whose session has ended gets its cookie cleared too.
     const cookie = code === 'signed_out' && req?.sessionId ? sessionCookie(null, req.secure) : undefined;
-    sendJson(ex, req, ERROR_CODES[code].status, errorBody(code, details, message), cookie, extra, close);
+    sendJson(ex, req, ERROR_CODES[code].status, errorBody(code, details, message), cookie, extra);
   }
 
   function redirect(ex: Exchange, req: Incoming, to: string, clearCookie = false): void {
@@ -261,7 +261,8 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   /** Reads a JSON object body within MAX_BODY; answers 413/415/400 itself. */
   function readBody(res: HttpResponse, ex: Exchange, req: Incoming, then: (body: Record<string, unknown>) => void): void {
     if (!isJson(req.contentType)) return sendError(ex, req, 'unsupported_media_type');
-    if (req.contentLength !== '' && Number(req.contentLength) > MAX_BODY) return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY }, true);
+    // Answered at once, the body passed over, the connection kept: see http.ts.
+    if (req.contentLength !== '' && Number(req.contentLength) > MAX_BODY) return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY });
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
@@ -270,7 +271,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       size += chunk.byteLength;
       if (size > MAX_BODY) {
         over = true;
-        return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY }, true);
+        return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY });
       }
       chunks.push(Buffer.from(chunk.slice(0))); // the chunk dies with this callback: copy
       if (!isLast) return;

@@ -179,13 +179,12 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     body: string | Uint8Array,
     limits: Window | null,
     extra?: [string, string][],
-    closeConnection = false,
   ): void {
     if (state.done) return;
     state.done = true;
     ctx.inflight.count--;
     if (state.aborted) return;
-    const close = closeConnection || ctx.draining();
+    const close = ctx.draining();
     res.cork(() => {
       res.writeStatus(STATUS[status]!);
       res.writeHeader('Content-Type', JSON_TYPE);
@@ -206,9 +205,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     code: ApiErrorCode,
     limits: Window | null,
     details?: Record<string, unknown>,
-    closeConnection = false,
   ): void {
-    send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits, undefined, closeConnection);
+    send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits);
   }
 
   function sendLimited(res: HttpResponse, state: RequestState, v: Verdict): void {
@@ -262,8 +260,11 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         const limits = window(v);
         const grant = auth.grant;
         if (declaredLength !== '' && Number(declaredLength) > maxBody) {
-          // Do not read a body announced too large: answer and close.
-          sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+          // Not waiting for a body announced too large: uWS passes over its
+          // bytes, and the connection serves the next request. (Closing it
+          // here, with body bytes unread, makes the kernel reset it, and the
+          // client may lose this answer.)
+          sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody });
           return;
         }
         const chunks: Buffer[] = [];
@@ -273,7 +274,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
           try {
             size += chunk.byteLength;
             if (size > maxBody) {
-              sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+              sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }); // the rest of the body is passed over
               return;
             }
             if (!isLast) {
