@@ -189,6 +189,8 @@ export interface Exchange {
   /** Bytes after the last whole answer; an error message when the server's bytes are not HTTP. */
   rest: string;
   malformed: string | null;
+  /** The socket error that ended the connection (ECONNRESET...), if one did. */
+  error: string | null;
 }
 
 export interface ExchangeOptions {
@@ -200,6 +202,8 @@ export interface ExchangeOptions {
   localAddress?: string;
   /** Once `count` answers are in, wait this long for a close before returning (default 0). */
   waitMs?: number;
+  /** End the connection after the bytes (the server then answers what it parsed and closes). */
+  end?: boolean;
 }
 
 /**
@@ -249,6 +253,7 @@ export function exchange(port: number, bytes: string | Buffer, count: number, op
     let answers: RawAnswer[] = [];
     let malformed: string | null = null;
     let closed = false;
+    let error: string | null = null;
     let settled = false;
     let linger: NodeJS.Timeout | undefined;
     const finish = () => {
@@ -257,7 +262,7 @@ export function exchange(port: number, bytes: string | Buffer, count: number, op
       clearTimeout(timer);
       clearTimeout(linger);
       socket.destroy();
-      resolve({ answers, closed, rest: data.toString('latin1'), malformed });
+      resolve({ answers, closed, rest: data.toString('latin1'), malformed, error });
     };
     const timer = setTimeout(finish, options.timeoutMs ?? 5000);
     socket.on('data', (chunk: Buffer) => {
@@ -266,18 +271,22 @@ export function exchange(port: number, bytes: string | Buffer, count: number, op
       answers = answers.concat(parsed.answers);
       data = data.subarray(parsed.offset);
       malformed = parsed.malformed;
-      if (malformed !== null || answers.length > count) finish();
+      if (malformed !== null) finish();
+      else if (options.end) return; // until the server closes
+      else if (answers.length > count) finish();
       else if (answers.length === count && linger === undefined) linger = setTimeout(finish, options.waitMs ?? 0);
     });
     socket.on('close', () => {
       closed = true;
       finish();
     });
-    socket.on('error', () => {
+    socket.on('error', (e: NodeJS.ErrnoException) => {
       closed = true;
+      error = e.code ?? e.message;
       finish();
     });
-    socket.write(bytes);
+    if (options.end) socket.end(bytes);
+    else socket.write(bytes);
   });
 }
 
