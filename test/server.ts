@@ -306,8 +306,41 @@ export function accountStore(t: Test, dataDir: string): AccountStore {
   return store;
 }
 
+/** The password of the accounts tests make. */
+export const PASSWORD = 'a long enough password';
+
 /** Creates an account on `plan` and one key for it; returns the key. */
 export async function accountWithKey(store: AccountStore, email: string, plan: string, allowed: string[] = []): Promise<string> {
-  await store.createAccount(email, 'a long enough password', plan);
+  await store.createAccount(email, PASSWORD, plan);
   return store.createKey(email, 'test key', allowed).key;
+}
+
+/** A dashboard session as its cookie and pages hold it. */
+export interface Signed {
+  id: string;
+  csrf: string;
+}
+
+export function cookieOf(reply: Reply): string {
+  const header = reply.headers['set-cookie'];
+  return Array.isArray(header) ? header.join('\n') : (header ?? '');
+}
+
+/** A dashboard call: JSON body, the session's cookie and (for a change) its CSRF token unless `headers` says otherwise. */
+export function dash(port: number, method: string, urlPath: string, session: Signed | null = null, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
+  const h: Record<string, string> = {};
+  if (body !== undefined) h['content-type'] = 'application/json';
+  if (session !== null) {
+    h.cookie = `ipr_session=${session.id}`;
+    if (method !== 'GET') h['x-csrf-token'] = session.csrf;
+  }
+  return request(port, `/dashboard/api/${urlPath}`, { method, headers: { ...h, ...headers }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+}
+
+/** Signs in to the dashboard; throws unless it answers 200. */
+export async function signIn(port: number, email: string, password = PASSWORD, headers: Record<string, string> = {}): Promise<Signed> {
+  const r = await dash(port, 'POST', 'session', null, { email, password }, headers);
+  if (r.status !== 200) throw new Error(`sign-in answered ${r.status}: ${r.text}`);
+  const id = /ipr_session=([A-Za-z0-9_-]+);/.exec(cookieOf(r))![1]!;
+  return { id, csrf: r.json.csrf_token };
 }
