@@ -80,9 +80,17 @@ void Snapshot::LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) co
     }
     trie4_.LookupManyV4(v4, n4, v4_leaves);
     trie6_.LookupManyV6(v6, n6, v6_leaves);
-    for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k], 32);
-    for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k], 128);
+    for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k]);
+    for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k]);
   }
+}
+
+bool Snapshot::ValidLeaf(uint64_t v, unsigned key_bits) const {
+  const uint32_t* counts = header_.record_counts;
+  uint32_t asn = leaf::Asn(v), location = leaf::Location(v), provider = leaf::Provider(v);
+  return leaf::ReservedClear(v) && leaf::AsnLen(v) <= key_bits && (asn == kNoRecord || asn < counts[kAsnRecords]) &&
+         (location == kNoRecord || location < counts[kLocationRecords]) &&
+         (provider == 0 || provider - 1 < counts[kCompanyRecords]);
 }
 
 Snapshot::~Snapshot() {

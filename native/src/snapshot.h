@@ -9,10 +9,9 @@
 // The map is shared with the file, which can be written in place after Open
 // checked it (nothing in ipr does; an operator copying over a published file
 // can). Lookups therefore stay inside the map whatever its bytes say: the
-// tries clamp their indexes (trie.h), a leaf whose record ids are out of
-// range answers as "nothing known", and a record whose offsets are out of
-// range answers as null. Such a snapshot answers wrong, never crashes.
-// Changed() tells when the file has changed since Open.
+// tries clamp their indexes (trie.h), and a record id or offsets out of
+// range read as no record. Such a snapshot answers wrong, never crashes;
+// Verify() tells when the file changed.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +57,7 @@ class Snapshot {
   Snapshot& operator=(const Snapshot&) = delete;
 
   Answer Lookup(const ParsedAddress& addr) const {
-    return addr.family == Family::kV4 ? Unpack(trie4_.LookupV4(addr.v4), 32) : Unpack(trie6_.LookupV6(addr.v6), 128);
+    return Unpack(addr.family == Family::kV4 ? trie4_.LookupV4(addr.v4) : trie6_.LookupV6(addr.v6));
   }
 
   // Looks `n` addresses up with interleaved walks (TrieView::LookupManyV4);
@@ -69,12 +68,12 @@ class Snapshot {
   const SnapshotHeader& header() const { return header_; }
   Blob meta() const { return meta_; }
   Blob records(RecordKind kind) const { return records_[kind]; }
-  // The JSON text of record `id` of `kind`, in the map. `id` must be below the
-  // kind's count: every id an Answer carries is (Unpack checks them). Empty
-  // when the offsets were damaged after Open.
+  // The JSON text of record `id` of `kind`, in the map. Open checked every
+  // id a leaf carries and every offset; empty when they were damaged since.
   Blob RecordText(RecordKind kind, uint32_t id) const {
     const uint8_t* offsets = records_[kind].data + kRecordTableHeaderSize;
     uint32_t count = header_.record_counts[kind];
+    if (id >= count) return Blob{};
     uint32_t from, to;
     std::memcpy(&from, offsets + 4 * size_t{id}, 4);
     std::memcpy(&to, offsets + 4 * (size_t{id} + 1), 4);
@@ -99,26 +98,16 @@ class Snapshot {
  private:
   Snapshot() = default;
   bool Load(const std::string& path, SnapshotError* error);
-  // Whether a leaf's record ids and route length are in range.
-  bool ValidLeaf(uint64_t v, unsigned key_bits) const {
-    const uint32_t* counts = header_.record_counts;
-    uint32_t asn = leaf::Asn(v), location = leaf::Location(v), provider = leaf::Provider(v);
-    return leaf::ReservedClear(v) && leaf::AsnLen(v) <= key_bits && (asn == kNoRecord || asn < counts[kAsnRecords]) &&
-           (location == kNoRecord || location < counts[kLocationRecords]) &&
-           (provider == 0 || provider - 1 < counts[kCompanyRecords]);
-  }
+  bool ValidLeaf(uint64_t v, unsigned key_bits) const;
 
-  // Open checked every leaf and ASN company; they are checked again here
-  // because the map may have changed since (see the top of this file).
-  Answer Unpack(uint64_t v, unsigned key_bits) const {
-    if (!ValidLeaf(v, key_bits)) v = leaf::kNothing;
+  Answer Unpack(uint64_t v) const {
     uint32_t asn = leaf::Asn(v);
     uint32_t provider = leaf::Provider(v);
     uint32_t company = provider != 0 ? provider - 1 : asn == kNoRecord ? kNoRecord : AsnCompany(asn);
-    if (company != kNoRecord && company >= header_.record_counts[kCompanyRecords]) company = kNoRecord;
     return Answer{company, asn, leaf::Location(v), leaf::Flags(v), leaf::AsnLen(v)};
   }
   uint32_t AsnCompany(uint32_t asn) const {
+    if (asn >= header_.record_counts[kAsnRecords]) return kNoRecord;  // the leaf changed since Open
     uint32_t company;
     std::memcpy(&company, asn_company_.data + 4 * size_t{asn}, 4);
     return company;

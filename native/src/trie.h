@@ -124,7 +124,7 @@ class TrieView {
     uint32_t index = entry;
     int offset = direct_bits_;
     for (int level = 0; level < max_levels_; ++level, offset += kStride) {
-      if (index >= node_count_) break;  // damaged after Validate: see the top of this file
+      index = index < node_count_ ? index : 0;  // damaged after Validate (see the top of this file): stay in the blob
       TrieNode node;
       std::memcpy(&node, nodes_ + sizeof(TrieNode) * static_cast<size_t>(index), sizeof node);
       unsigned slot = static_cast<unsigned>((key << offset) >> (kKeyBits - kStride));
@@ -136,7 +136,7 @@ class TrieView {
       size_t leaf = node.leaf_base + static_cast<size_t>(__builtin_popcountll(node.leaf_starts & upto)) - 1;
       return LeafAt(leaf);
     }
-    return Load64(leaves_);  // deeper than the key, or a damaged node index: unreachable in a validated trie
+    return Load64(leaves_);  // deeper than the key: unreachable in a validated trie
   }
 
   template <typename K, int kKeyBits>
