@@ -72,14 +72,14 @@ t.test(`${REQUESTS.toLocaleString('en-US')} hostile requests: exact answers, no 
   const random = new Random(SEED);
   const kinds = new Map<string, number>();
   const statuses = new Map<number, number>();
-  const problems: string[] = [];
+  const problems: string[] = []; // the first 20
+  let mismatches = 0;
   let sent = 0;
   let connections = 0;
   let brokenAnswered = 0;
   let lost = 0;
   const problem = (what: string) => {
-    if (problems.length < 20) problems.push(what);
-    else problems.length++;
+    if (mismatches++ < 20) problems.push(what);
   };
 
   // Each connection: up to PIPELINE parseable requests in one write (one
@@ -151,7 +151,7 @@ t.test(`${REQUESTS.toLocaleString('en-US')} hostile requests: exact answers, no 
   );
   t.equal(sent, REQUESTS);
   if (process.env.IPR_FUZZ_REPORT) writeFileSync(process.env.IPR_FUZZ_REPORT, problems.join('\n\n'));
-  t.same(problems, [], `every answer as the model says (${problems.length} not)`);
+  t.same(problems, [], `every answer as the model says (${mismatches} not)`);
   t.notOk(statuses.has(500), 'no 500');
   for (const status of [200, 400, 401, 404, 405, 413, 415]) t.ok(statuses.has(status), `some ${status} answers`);
 
