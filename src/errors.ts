@@ -23,6 +23,7 @@ export const ERROR_CODES = {
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
   snapshot_version: { status: 503, message: 'The snapshot has another format version' },
+  snapshot_damaged: { status: 503, message: 'The snapshot being served was changed on disk' },
   snapshot_closed: { status: 500, message: 'The snapshot was closed' },
   sources_invalid: { status: 500, message: 'The sources configuration is not valid' },
   source_unreadable: { status: 500, message: 'A source could not be read' },
@@ -84,15 +85,59 @@ export class IprError extends Error {
   }
 }
 
+const SHOWN_INPUT = 64;
+
+/**
+ * What JSON.stringify writes for `value`, stopped once it has `max`
+ * characters. JSON.stringify (and String) recurse through every level of a
+ * nested array: 20,000 levels, which a 64 KiB batch body holds, overflow the
+ * stack. This stops after at most `max` levels, since each adds a character.
+ */
+function jsonPrefix(value: unknown, max: number): string {
+  let out = '';
+  const put = (v: unknown): boolean => {
+    if (v !== null && typeof v === 'object' && typeof (v as { toJSON?: unknown }).toJSON === 'function') v = (v as { toJSON(): unknown }).toJSON();
+    if (Array.isArray(v)) {
+      out += '[';
+      for (let i = 0; i < v.length; i++) {
+        if (i > 0) out += ',';
+        if (out.length >= max || !put(v[i] === undefined || typeof v[i] === 'function' ? null : v[i])) return false;
+      }
+      out += ']';
+    } else if (v !== null && typeof v === 'object') {
+      out += '{';
+      let first = true;
+      for (const [key, x] of Object.entries(v)) {
+        if (x === undefined || typeof x === 'function' || typeof x === 'symbol') continue;
+        out += `${first ? '' : ','}${JSON.stringify(key)}:`;
+        first = false;
+        if (out.length >= max || !put(x)) return false;
+      }
+      out += '}';
+    } else {
+      out += JSON.stringify(v) ?? 'null';
+    }
+    return out.length < max;
+  };
+  put(value);
+  return out;
+}
+
 /** The input of a rejected address as decisions.md shows it: text, cut to 64 characters. */
 export function inputAsText(input: unknown): string {
   let text: string;
-  try {
-    text = typeof input === 'string' ? input : JSON.stringify(input) ?? String(input);
-  } catch {
+  if (typeof input === 'string') {
+    text = input;
+  } else if (input === undefined || typeof input === 'function' || typeof input === 'symbol' || typeof input === 'bigint') {
     text = String(input);
+  } else {
+    try {
+      text = jsonPrefix(input, SHOWN_INPUT);
+    } catch {
+      text = ''; // a BigInt deep inside a value (only from the JavaScript API)
+    }
   }
-  return text.length > 64 ? text.slice(0, 64) : text;
+  return text.length > SHOWN_INPUT ? text.slice(0, SHOWN_INPUT) : text;
 }
 
 export function invalidIp(input: unknown): IprError {

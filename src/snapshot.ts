@@ -88,7 +88,11 @@ export interface OpenOptions {
    * Off by default; `refresh()` moves on demand.
    */
   watch?: boolean | number;
-  /** Called when a newly published snapshot could not be opened (the current one keeps answering). */
+  /**
+   * Called when a newly published snapshot could not be opened (the current
+   * one keeps answering), or with code `snapshot_damaged` when the file being
+   * served was written to in place and no longer matches its checksum.
+   */
   onRefreshError?: (error: IprError) => void;
   /** Called when watching moved to a newly published snapshot. */
   onSwap?: () => void;

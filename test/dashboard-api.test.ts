@@ -7,39 +7,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { keyDigest } from '../src/server/accounts.js';
-import { accountStore, check, dataDirWithFullSnapshot, request, setClock, startServer, type Reply } from './server.js';
+import { accountStore, check, cookieOf, dash, dataDirWithFullSnapshot, PASSWORD, request, setClock, signIn, startServer, type Reply, type Signed } from './server.js';
 
-const PASSWORD = 'a long enough password';
 const NOON = Date.parse('2026-03-01T12:00:00.000Z');
 const MINUTE = 60_000;
-
-interface Signed {
-  id: string;
-  csrf: string;
-}
-
-function cookieOf(reply: Reply): string {
-  const header = reply.headers['set-cookie'];
-  return Array.isArray(header) ? header.join('\n') : (header ?? '');
-}
-
-/** A dashboard call: JSON body, the session's cookie and (for a change) its CSRF token unless `headers` says otherwise. */
-function dash(port: number, method: string, urlPath: string, session: Signed | null = null, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
-  const h: Record<string, string> = {};
-  if (body !== undefined) h['content-type'] = 'application/json';
-  if (session !== null) {
-    h.cookie = `ipr_session=${session.id}`;
-    if (method !== 'GET') h['x-csrf-token'] = session.csrf;
-  }
-  return request(port, `/dashboard/api/${urlPath}`, { method, headers: { ...h, ...headers }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
-}
-
-async function signIn(port: number, email: string, password = PASSWORD, headers: Record<string, string> = {}): Promise<Signed> {
-  const r = await dash(port, 'POST', 'session', null, { email, password }, headers);
-  if (r.status !== 200) throw new Error(`sign-in answered ${r.status}: ${r.text}`);
-  const id = /ipr_session=([A-Za-z0-9_-]+);/.exec(cookieOf(r))![1]!;
-  return { id, csrf: r.json.csrf_token };
-}
 
 t.test('sign in and out: cookie, session rotation, pages need a session, only a digest stored', async (t) => {
   const server = await startServer(t);
@@ -442,7 +413,7 @@ t.test('security headers on every dashboard answer; pages and files with their t
   t.same([unknownPage!.status, unknownPage!.headers['content-type']], [404, 'text/html; charset=utf-8']);
   t.equal(unknownFile!.status, 404);
   t.same([unknownApi!.status, unknownApi!.json.error], [404, 'not_found']);
-  t.same([wrongMethod!.status, wrongMethod!.headers.allow], [405, 'GET, POST']);
+  t.same([wrongMethod!.status, wrongMethod!.headers.allow], [405, 'GET, HEAD, POST']);
 
   // No inline script or style in any page: the CSP would block them.
   for (const name of ['keys', 'usage', 'account', 'sign-in']) {

@@ -12,11 +12,10 @@ import path from 'node:path';
 import { chromium } from 'playwright-core';
 import t from 'tap';
 import { testDir } from './helpers.js';
-import { accountStore, check, startServer } from './server.js';
+import { accountStore, check, PASSWORD, startServer } from './server.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
-const PASSWORD = 'a long enough password';
 const XSS_NAME = '<script>alert(1)</script>';
 
 t.test('the dashboard in Chromium: sign in, create a key, use it, watch it counted, delete it, sign out', async (t) => {

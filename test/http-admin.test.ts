@@ -3,42 +3,11 @@
 // the key), and its binding rules (loopback by default; elsewhere only with
 // a token, which every request must then carry).
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 import t from 'tap';
 import { fullDataDir, runIpr, testDir } from './helpers.js';
-import { accountStore, accountWithKey, check, dataDirWithFullSnapshot, request, startServer, type Server } from './server.js';
+import { accountStore, accountWithKey, admin, adminAddress, check, dataDirWithFullSnapshot, request, samples, startServer, type Server } from './server.js';
 
-/** Where the server's admin port listens, from its start-up line. */
-function adminAddress(server: Server): { host: string; port: number } {
-  const match = /admin port http:\/\/([^:]+):([0-9]+) /.exec(server.output())!;
-  return { host: match[1]!, port: Number(match[2]) };
-}
-
-function admin(port: number, urlPath: string, options: { method?: string; token?: string } = {}) {
-  return new Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }>((resolve, reject) => {
-    const headers: Record<string, string> = options.token ? { authorization: `Bearer ${options.token}` } : {};
-    http
-      .request({ host: '127.0.0.1', port, path: urlPath, method: options.method ?? 'GET', headers }, (res) => {
-        let text = '';
-        res.on('data', (d) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, text }));
-      })
-      .on('error', reject)
-      .end();
-  });
-}
-
-/** The samples of a Prometheus text exposition: `name{labels}` -> value. */
-function samples(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    out.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return out;
-}
 
 t.test('metrics count every request by route and status, with latencies and limit refusals; provenance; the access log', async (t) => {
   const accessLog = path.join(testDir(t), 'access.log');

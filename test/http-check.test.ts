@@ -5,7 +5,7 @@ import { openSnapshot } from '../src/index.js';
 import { openapiDocument } from '../src/server/openapi.js';
 import { loadPlans } from '../src/server/plans.js';
 import { fullDataDir } from './helpers.js';
-import { accountStore, accountWithKey, check, request, startServer } from './server.js';
+import { accountStore, accountWithKey, check, exchange, request, startServer } from './server.js';
 
 const FIELDS = ['ip', 'is_vpn', 'is_proxy', 'is_tor', 'is_relay', 'is_hosting', 'risk_score', 'recommendation', 'company', 'location', 'asn'];
 
@@ -100,12 +100,39 @@ t.test('health, the OpenAPI document, unknown paths and methods', async (t) => {
     ['GET', '/v1/check', 'POST'],
     ['PUT', '/v1/check', 'POST'],
     ['DELETE', '/v1/check/batch', 'POST'],
-    ['POST', '/v1/health', 'GET'],
-    ['POST', '/v1/openapi.json', 'GET'],
+    ['POST', '/v1/health', 'GET, HEAD'],
+    ['POST', '/v1/openapi.json', 'GET, HEAD'],
   ] as const) {
     const r = await request(server.port, path, { method });
     t.equal(r.status, 405, `${method} ${path}`);
     t.equal(r.headers.allow, allowed);
-    t.same(r.json, { error: 'method_not_allowed', message: 'Method not allowed on this endpoint', details: { allowed: [allowed] } });
+    t.same(r.json, { error: 'method_not_allowed', message: 'Method not allowed on this endpoint', details: { allowed: allowed.split(', ') } });
   }
+});
+
+t.test('HEAD: the status and headers GET (or the method) would get, no content; the connection stays in step', async (t) => {
+  const server = await startServer(t);
+  const asGet = await request(server.port, '/v1/openapi.json', { method: 'GET' });
+  // One keep-alive connection: content sent after a HEAD answer would be read as the next answer.
+  const wire = [
+    'HEAD /v1/health',
+    'HEAD /v1/openapi.json',
+    'HEAD /v1/check',
+    'HEAD /v2/nothing',
+    'HEAD /dashboard/sign-in',
+    'HEAD /dashboard/nothing',
+    'HEAD /dashboard/api/keys',
+    'GET /v1/health',
+  ];
+  const { answers, malformed } = await exchange(server.port, wire.map((line) => `${line} HTTP/1.1\r\nHost: x\r\n\r\n`).join(''), wire.length, {
+    head: wire.map((line) => line.startsWith('HEAD')),
+  });
+  t.equal(malformed, null);
+  t.same(
+    answers.map((a) => [a.status, a.body]),
+    [[200, ''], [200, ''], [405, ''], [404, ''], [200, ''], [404, ''], [401, ''], [200, '{"status":"healthy"}']],
+  );
+  t.equal(answers[1]!.headers['content-length'], String(Buffer.byteLength(asGet.text)), 'the length GET would send');
+  t.equal(answers[2]!.headers.allow, 'POST');
+  t.equal(answers[4]!.headers['content-type'], 'text/html; charset=utf-8');
 });

@@ -2,35 +2,23 @@
 // and per-second windows and their headers, day rollover, the per-address
 // limit for requests without a valid key, exactness under concurrency across
 // worker threads, and usage that survives restarts (kill -9 included).
-import { writeFileSync } from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import t from 'tap';
 import { dayOf } from '../src/server/accounts.js';
-import { testDir } from './helpers.js';
-import { accountStore, accountWithKey, check, dataDirWithFullSnapshot, request, setClock, startServer } from './server.js';
+import { accountStore, accountWithKey, check, dataDirWithFullSnapshot, plansFile, request, setClock, startServer } from './server.js';
 
 const NOON = Date.parse('2026-03-01T12:00:00.000Z');
 const MIDNIGHT = Date.parse('2026-03-02T00:00:00.000Z') / 1000;
 
-/** A plans file with the spec's plans and small ones that make limits quick to reach. */
-function plansFile(t: Parameters<typeof testDir>[0]): string {
-  const file = path.join(testDir(t), 'plans.json');
-  writeFileSync(
-    file,
-    JSON.stringify({
-      free: { requests_per_day: 100, requests_per_second: 1 },
-      enterprise: { requests_per_day: null, requests_per_second: 100 },
-      five_a_day: { requests_per_day: 5, requests_per_second: 100 },
-      fifty_a_day: { requests_per_day: 50, requests_per_second: 1000 },
-      ten_a_second: { requests_per_day: null, requests_per_second: 10 },
-    }),
-  );
-  return file;
-}
+/** The spec's plans and small ones that make limits quick to reach. */
+const SMALL_PLANS: Record<string, [number | null, number]> = {
+  five_a_day: [5, 100],
+  fifty_a_day: [50, 1000],
+  ten_a_second: [null, 10],
+};
 
 t.test('daily window: headers, 429 with retry_after to midnight, rollover', async (t) => {
-  const server = await startServer(t, { clock: NOON, env: { IPR_PLANS_CONFIG: plansFile(t) } });
+  const server = await startServer(t, { clock: NOON, env: { IPR_PLANS_CONFIG: plansFile(t, SMALL_PLANS) } });
   const store = accountStore(t, server.dataDir);
   const key = await accountWithKey(store, 'five@example.com', 'five_a_day');
   for (let i = 1; i <= 5; i++) {
@@ -92,7 +80,7 @@ t.test('requests without a valid key: 20 per second per address, then 429', asyn
 });
 
 t.test('exact under concurrency across four worker threads', async (t) => {
-  const server = await startServer(t, { clock: NOON, workers: 4, env: { IPR_PLANS_CONFIG: plansFile(t) } });
+  const server = await startServer(t, { clock: NOON, workers: 4, env: { IPR_PLANS_CONFIG: plansFile(t, SMALL_PLANS) } });
   const store = accountStore(t, server.dataDir);
   const daily = await accountWithKey(store, 'fifty@example.com', 'fifty_a_day');
   const perSecond = await accountWithKey(store, 'ten@example.com', 'ten_a_second');

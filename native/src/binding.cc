@@ -220,7 +220,8 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     void Put(const char* text) { Put(text, std::strlen(text)); }
     void Put(const std::string& text) { Put(text.data(), text.size()); }
     void Record(Blob text) {
-      if (text.size == 0) {
+      // Not an object: a record whose bytes changed under the map (snapshot.h).
+      if (text.size < 2 || text.data[0] != '{' || text.data[text.size - 1] != '}') {
         Put("null");
       } else {
         Put(text.data, text.size);
@@ -248,7 +249,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     out.Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
     out.Put(",\"asn\":");
     Blob asn = t.asn == kNoRecord ? Blob{} : snapshot_->RecordText(kAsnRecords, t.asn);
-    if (asn.size < 2 || asn.data[asn.size - 1] != '}') {
+    if (asn.size < 2 || asn.data[0] != '{' || asn.data[asn.size - 1] != '}') {
       out.Put("null");
     } else {
       // {"number":N,"name":"..."} gains the route before its closing brace.

@@ -141,7 +141,38 @@ std::string LmdbError(int rc) {
   return rc > 0 ? std::strerror(rc) : "LMDB error " + std::to_string(rc);
 }
 
+FileStamp StampOf(const struct stat& st) {
+  return FileStamp{static_cast<uint64_t>(st.st_size), int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                   int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
+}
+
 }  // namespace
+
+FileStamp Snapshot::Stamp() const {
+  int fd = -1;
+  struct stat st;
+  if (mdb_env_get_fd(env_, &fd) != 0 || ::fstat(fd, &st) != 0) return FileStamp{};
+  return StampOf(st);
+}
+
+bool Snapshot::Verify(const FileStamp& now, SnapshotError* error) const {
+  if (now.size < file_size_) {
+    error->code = "snapshot_damaged";
+    error->message = "snapshot " + path_ + " was truncated to " + std::to_string(now.size) + " bytes while being served (it had " +
+                     std::to_string(file_size_) + "): lookups that reach past its end fault the process; publish a new snapshot";
+    return false;
+  }
+  uint64_t checksum = 0;
+  for (const Blob& blob : blobs_) checksum = Checksum64(blob.data, blob.size, checksum);
+  if (checksum != header_.checksum) {
+    error->code = "snapshot_damaged";
+    error->message = "snapshot " + path_ +
+                     " was written to while being served and no longer matches its checksum: some answers may be wrong "
+                     "until a new snapshot is published (ipr build)";
+    return false;
+  }
+  return true;
+}
 
 std::shared_ptr<const Snapshot> Snapshot::Open(const std::string& path, SnapshotError* error) {
   std::shared_ptr<Snapshot> snapshot(new Snapshot());
@@ -202,6 +233,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   if (::stat(path.c_str(), &st) != 0) return fail("snapshot_missing", "file not found");
   if (!S_ISREG(st.st_mode)) return fail("snapshot_invalid", "not a regular file");
   file_size_ = static_cast<uint64_t>(st.st_size);
+  opened_stamp_ = StampOf(st);
   std::string lmdb_problem = CheckLmdbPages(path, file_size_);
   if (!lmdb_problem.empty()) return fail("snapshot_invalid", "not a readable LMDB file (" + lmdb_problem + ")");
 
@@ -266,6 +298,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     checksum = Checksum64(blobs[i].data, blobs[i].size, checksum);
   }
   if (checksum != header_.checksum) return fail("snapshot_invalid", "checksum mismatch: the file is corrupt");
+  std::copy(blobs, blobs + kBlobCount, blobs_);
   meta_ = blobs[0];
   asn_company_ = blobs[3];
 
@@ -316,6 +349,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
       if (*p < 0x20 || *p > 0x7E) return fail("snapshot_invalid", std::string(name) + " holds a non-ASCII byte");
     }
     records_[k] = b;
+    record_bytes_[k] = bytes;
   }
   return true;
 }

@@ -5,6 +5,13 @@
 // record offset) and keeps one read transaction for the object's lifetime:
 // the blob pointers stay valid, in the memory map, until the Snapshot is
 // destroyed. Lookups are then plain memory reads, safe from any thread.
+//
+// The map is shared with the file, which can be written in place after Open
+// checked it (nothing in ipr does; an operator copying over a published file
+// can). Lookups therefore stay inside the map whatever its bytes say: the
+// tries clamp their indexes (trie.h), and a record id or offsets out of
+// range read as no record. Such a snapshot answers wrong, never crashes;
+// Verify() tells when the file changed.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +36,17 @@ struct Blob {
 
 // The error of a snapshot that cannot be used, with a message naming the file.
 struct SnapshotError {
-  std::string code;  // snapshot_missing, snapshot_invalid, snapshot_version
+  std::string code;  // snapshot_missing, snapshot_invalid, snapshot_version, snapshot_damaged
   std::string message;
+};
+
+// What stat says of a file: enough to notice that it was written to.
+struct FileStamp {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileStamp& o) const { return size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns; }
+  bool operator!=(const FileStamp& o) const { return !(*this == o); }
 };
 
 class Snapshot {
@@ -52,19 +68,32 @@ class Snapshot {
   const SnapshotHeader& header() const { return header_; }
   Blob meta() const { return meta_; }
   Blob records(RecordKind kind) const { return records_[kind]; }
-  // The JSON text of record `id` of `kind`, in the map. `id` must be below the
-  // kind's count: every id an Answer carries is (Open checked the leaves).
+  // The JSON text of record `id` of `kind`, in the map. Open checked every
+  // id a leaf carries and every offset; empty when they were damaged since.
   Blob RecordText(RecordKind kind, uint32_t id) const {
     const uint8_t* offsets = records_[kind].data + kRecordTableHeaderSize;
     uint32_t count = header_.record_counts[kind];
+    if (id >= count) return Blob{};
     uint32_t from, to;
     std::memcpy(&from, offsets + 4 * size_t{id}, 4);
     std::memcpy(&to, offsets + 4 * (size_t{id} + 1), 4);
+    if (from > to || to > record_bytes_[kind]) return Blob{};
     return Blob{offsets + 4 * (size_t{count} + 1) + from, size_t{to} - from};
   }
   const TrieView& trie4() const { return trie4_; }
   const TrieView& trie6() const { return trie6_; }
   uint64_t file_size() const { return file_size_; }
+
+  // The mapped file as it is now on disk (the inode that is mapped, even
+  // when its name now points to another file).
+  FileStamp Stamp() const;
+  // The stamp the file had when Open checked it.
+  const FileStamp& opened_stamp() const { return opened_stamp_; }
+  // Re-checks the file against what Open accepted, after its stamp moved:
+  // false with `error` (code snapshot_damaged) when it shrank (reads past its
+  // new end fault the process) or its bytes no longer match the checksum.
+  // Reads the whole map: call it off the lookup path.
+  bool Verify(const FileStamp& now, SnapshotError* error) const;
 
  private:
   Snapshot() = default;
@@ -78,6 +107,7 @@ class Snapshot {
     return Answer{company, asn, leaf::Location(v), leaf::Flags(v), leaf::AsnLen(v)};
   }
   uint32_t AsnCompany(uint32_t asn) const {
+    if (asn >= header_.record_counts[kAsnRecords]) return kNoRecord;  // the leaf changed since Open
     uint32_t company;
     std::memcpy(&company, asn_company_.data + 4 * size_t{asn}, 4);
     return company;
@@ -87,9 +117,13 @@ class Snapshot {
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;
   uint64_t file_size_ = 0;
+  FileStamp opened_stamp_;
+  Blob blobs_[kBlobCount];
   SnapshotHeader header_{};
   Blob meta_, asn_company_;
   Blob records_[kRecordKindCount];
+  // Bytes of record text in each table (after its offsets).
+  uint64_t record_bytes_[kRecordKindCount] = {};
   TrieView trie4_, trie6_;
 };
 

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -95,6 +97,22 @@ std::vector<uint8_t> RecordTableBlob(const std::vector<uint8_t>& bytes, const st
   std::memcpy(blob.data() + kRecordTableHeaderSize, offsets.data(), 4 * offsets.size());
   if (!bytes.empty()) std::memcpy(blob.data() + kRecordTableHeaderSize + 4 * offsets.size(), bytes.data(), bytes.size());
   return blob;
+}
+
+// " (no space left on device: ...)" when the file system holding `path` has
+// less than `needed` bytes free, else "". LMDB reports a write cut short by a
+// full disk as EIO ("Input/output error"), which would send an operator
+// looking for a broken disk.
+std::string SpaceNote(const std::string& path, uint64_t needed) {
+  std::string dir = path.substr(0, path.find_last_of('/') + 1);
+  struct statvfs fs;
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) != 0) return "";
+  uint64_t available = uint64_t{fs.f_bavail} * fs.f_frsize;
+  if (available >= needed) return "";
+  char note[200];
+  std::snprintf(note, sizeof note, " (no space left on device: the snapshot needs %.1f MiB and the file system has %.1f MiB free)",
+                static_cast<double>(needed) / (1 << 20), static_cast<double>(available) / (1 << 20));
+  return note;
 }
 
 }  // namespace
@@ -266,17 +284,20 @@ void SnapshotWriter::Write(const std::string& path, const std::string& meta_json
 
   MDB_env* env = nullptr;
   MDB_txn* txn = nullptr;
-  auto fail = [&](int rc, const char* what) {
-    if (txn != nullptr) mdb_txn_abort(txn);
-    if (env != nullptr) mdb_env_close(env);
-    ::unlink(path.c_str());
-    throw std::runtime_error("snapshot " + path + ": " + what + " failed: " + mdb_strerror(rc));
-  };
   long page = ::sysconf(_SC_PAGESIZE);
   // Room for the values plus LMDB's own pages: two meta pages, the main
   // tree and one partly used overflow page per value.
   size_t map_size = total + static_cast<size_t>(page) * (8 + 2 * (kBlobCount + 1)) + (size_t{1} << 20);
   map_size = (map_size + static_cast<size_t>(page) - 1) / static_cast<size_t>(page) * static_cast<size_t>(page);
+  // The file stays below the map size: refuse before writing anything when even that does not fit.
+  std::string space = SpaceNote(path, map_size);
+  if (!space.empty()) throw std::runtime_error("snapshot " + path + ": not written" + space);
+  auto fail = [&](int rc, const char* what) {
+    if (txn != nullptr) mdb_txn_abort(txn);
+    if (env != nullptr) mdb_env_close(env);
+    ::unlink(path.c_str());
+    throw std::runtime_error("snapshot " + path + ": " + what + " failed: " + mdb_strerror(rc) + SpaceNote(path, map_size));
+  };
   int rc = mdb_env_create(&env);
   if (rc != 0) fail(rc, "creating the environment");
   if ((rc = mdb_env_set_mapsize(env, map_size)) != 0) fail(rc, "sizing the map");

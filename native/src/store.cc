@@ -71,9 +71,16 @@ Store::RefreshResult Store::Refresh(SnapshotError* error) {
   std::lock_guard<std::mutex> refresh_lock(refresh_mu_);
   std::string name;
   if (!ReadCurrentName(&name, error)) return RefreshResult::kFailed;
+  std::shared_ptr<const Snapshot> served;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (name == current_name_) return RefreshResult::kUnchanged;
+    if (name == current_name_) served = current_;
+  }
+  if (served) {
+    FileStamp now = served->Stamp();
+    if (now == checked_stamp_) return RefreshResult::kUnchanged;
+    checked_stamp_ = now;
+    return served->Verify(now, error) ? RefreshResult::kUnchanged : RefreshResult::kFailed;
   }
   if (name == failed_name_) return RefreshResult::kUnchanged;
   std::shared_ptr<const Snapshot> snapshot = Snapshot::Open(dir_ + "/snapshots/" + name, error);
@@ -81,6 +88,7 @@ Store::RefreshResult Store::Refresh(SnapshotError* error) {
     failed_name_ = name;
     return RefreshResult::kFailed;
   }
+  checked_stamp_ = snapshot->opened_stamp();
   std::lock_guard<std::mutex> lock(mu_);
   current_ = std::move(snapshot);
   current_name_ = name;

@@ -39,7 +39,10 @@ class Store {
   enum class RefreshResult { kUnchanged, kSwapped, kFailed };
   // Re-reads CURRENT and swaps to the snapshot it names if that is new and
   // valid. A snapshot that failed to open is not retried until CURRENT names
-  // another one; the current snapshot keeps serving meanwhile.
+  // another one; the current snapshot keeps serving meanwhile. When CURRENT
+  // still names the snapshot being served and its file was written to since
+  // it was last checked, verifies it again: kFailed with snapshot_damaged
+  // when it no longer matches (reported once per change of the file).
   RefreshResult Refresh(SnapshotError* error);
 
   const std::string& dir() const { return dir_; }
@@ -53,8 +56,9 @@ class Store {
   std::shared_ptr<const Snapshot> current_;
   std::string current_name_;
   std::atomic<uint64_t> generation_{0};
-  std::mutex refresh_mu_;  // one refresh at a time; guards failed_name_
+  std::mutex refresh_mu_;  // one refresh at a time; guards failed_name_ and checked_stamp_
   std::string failed_name_;
+  FileStamp checked_stamp_;  // of the current snapshot's file when it was last verified
 };
 
 }  // namespace ipr

@@ -222,6 +222,11 @@ void TrieView::WalkGroup(const K* keys, size_t n, uint64_t* values) const {
     walking = false;
     for (size_t i = 0; i < n; ++i) {
       if (at_leaf[i]) continue;
+      if (index[i] >= node_count_) {  // damaged after Validate (trie.h): end on leaf 0
+        index[i] = 0;
+        at_leaf[i] = true;
+        continue;
+      }
       TrieNode node;
       std::memcpy(&node, nodes_ + sizeof(TrieNode) * size_t{index[i]}, sizeof node);
       unsigned slot = static_cast<unsigned>((keys[i] << offset) >> (kKeyBits - kStride));
@@ -239,7 +244,7 @@ void TrieView::WalkGroup(const K* keys, size_t n, uint64_t* values) const {
   }
   for (size_t i = 0; i < n; ++i) {
     // A lane still at a node went deeper than the key: unreachable in a validated trie.
-    values[i] = Load64(leaves_ + 8 * size_t{at_leaf[i] ? index[i] : 0});
+    values[i] = LeafAt(at_leaf[i] ? index[i] : 0);
   }
 }
 

@@ -21,8 +21,12 @@
 // a node read is one miss, not two.
 //
 // A blob is untrusted until Validate() accepts it: after that every index a
-// lookup can follow is in bounds, so Lookup() itself does no checks beyond a
-// depth limit.
+// lookup can follow is in bounds. The blob is read from a shared file
+// mapping, though, and a mapped file can still be written in place after it
+// was validated (an operator copying over a published snapshot): so a walk
+// also clamps every node and leaf index it reads, one compare each. A
+// damaged trie then answers wrong leaves (the snapshot checks their record
+// ids), never reads outside the blob.
 #pragma once
 
 #include <cstddef>
@@ -96,6 +100,8 @@ class TrieView {
   uint32_t node_count() const { return node_count_; }
   uint32_t leaf_count() const { return leaf_count_; }
   uint64_t leaf(uint32_t i) const { return Load64(leaves_ + 8 * size_t{i}); }
+  // Leaf `i`, or leaf 0 when `i` is out of range (only in a trie damaged after Validate).
+  uint64_t LeafAt(size_t i) const { return Load64(leaves_ + 8 * (i < leaf_count_ ? i : 0)); }
 
  private:
   static uint32_t Load32(const uint8_t* p) {
@@ -114,10 +120,11 @@ class TrieView {
   template <typename K, int kKeyBits>
   uint64_t Walk(K key) const {
     uint32_t entry = Load32(direct_ + 4 * static_cast<size_t>(key >> (kKeyBits - direct_bits_)));
-    if (entry & kDirectLeaf) return Load64(leaves_ + 8 * size_t{entry & ~kDirectLeaf});
+    if (entry & kDirectLeaf) return LeafAt(entry & ~kDirectLeaf);
     uint32_t index = entry;
     int offset = direct_bits_;
     for (int level = 0; level < max_levels_; ++level, offset += kStride) {
+      index = index < node_count_ ? index : 0;  // damaged after Validate (see the top of this file): stay in the blob
       TrieNode node;
       std::memcpy(&node, nodes_ + sizeof(TrieNode) * static_cast<size_t>(index), sizeof node);
       unsigned slot = static_cast<unsigned>((key << offset) >> (kKeyBits - kStride));
@@ -127,7 +134,7 @@ class TrieView {
         continue;
       }
       size_t leaf = node.leaf_base + static_cast<size_t>(__builtin_popcountll(node.leaf_starts & upto)) - 1;
-      return Load64(leaves_ + 8 * leaf);
+      return LeafAt(leaf);
     }
     return Load64(leaves_);  // deeper than the key: unreachable in a validated trie
   }

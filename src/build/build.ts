@@ -8,12 +8,12 @@
  * where each came from; buildFromInputs() imports them and publishes.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { IprError } from '../errors.js';
 import { native } from '../native.js';
 import { fetchSource, type FeedProvenance, type FetchOptions } from './fetch.js';
 import { IMPORTERS } from './importers.js';
-import { clearHold, newSnapshotPath, prune, publish, withDataLock } from './publish.js';
+import { clearHold, newSnapshotPath, partialPath, prune, publish, removeAbandoned, withDataLock } from './publish.js';
 import { RangeSink } from './ranges.js';
 import { Records } from './records.js';
 import { loadSources, localPath, origin, type Source, type SourcesConfig } from './sources.js';
@@ -258,8 +258,18 @@ export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Pr
 
   options.onProgress?.({ phase: 'write' });
   const file = newSnapshotPath(options.dataDir, builtAt);
-  writer.write(file, JSON.stringify(meta), builtAt.getTime());
-  publish(options.dataDir, file);
+  for (const name of removeAbandoned(options.dataDir)) warn(`removed ${name}, left by a build that did not finish`);
+  const partial = partialPath(file);
+  writer.write(partial, JSON.stringify(meta), builtAt.getTime());
+  try {
+    renameSync(partial, file);
+    publish(options.dataDir, file);
+  } catch (error) {
+    rmSync(partial, { force: true });
+    rmSync(file, { force: true });
+    if (error instanceof IprError) throw error;
+    throw new IprError('write_failed', `snapshot ${file}: ${(error as Error).message}`);
+  }
   clearHold(options.dataDir); // a snapshot built on purpose ends a rollback's hold
   const pruned = prune(options.dataDir, (options.keep ?? 2) + 1);
   return {

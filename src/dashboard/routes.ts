@@ -24,7 +24,7 @@ import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, IprError, type ErrorCode } from '../errors.js';
 import type { AccountStore } from '../server/accounts.js';
-import { clientAddress, clientBytes, errorBody } from '../server/http.js';
+import { clientAddress, clientBytes, endHead, errorBody } from '../server/http.js';
 import type { Logger } from '../server/log.js';
 import { Sessions, sessionCookie, type CurrentSession } from './sessions.js';
 import { accountView, createKey, keysView, keyView, sourcesView, usageView, type ViewContext } from './views.js';
@@ -181,9 +181,15 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     };
   }
 
-  /** One answer per request, whether it comes at once or after an await; nothing after an abort. */
-  function exchange(res: HttpResponse) {
+  /**
+   * One answer per request, whether it comes at once or after an await;
+   * nothing after an abort. A HEAD request is answered as GET would be,
+   * without content (RFC 9110: bytes after its headers would be read as the
+   * next answer).
+   */
+  function exchange(res: HttpResponse, req: HttpRequest) {
     const state = { aborted: false, done: false };
+    const head = req.getMethod() === 'head';
     ctx.inflight.count++;
     res.onAborted(() => {
       state.aborted = true;
@@ -196,31 +202,32 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       return !state.aborted;
     }
     return {
-      send(req: Incoming | null, status: number, headers: [string, string][], body: string | Buffer = '', close = false): void {
+      send(req: Incoming | null, status: number, headers: [string, string][], body: string | Buffer = ''): void {
         if (!finish()) return;
         res.cork(() => {
           res.writeStatus(`${status} ${STATUS_CODES[status]}`);
           for (const [name, value] of SECURITY_HEADERS) res.writeHeader(name, value);
           if (req?.secure) res.writeHeader(...HSTS);
           for (const [name, value] of headers) res.writeHeader(name, value);
-          res.end(body, close || ctx.draining());
+          if (head) endHead(res, Buffer.byteLength(body), ctx.draining());
+          else res.end(body, ctx.draining());
         });
       },
     };
   }
   type Exchange = ReturnType<typeof exchange>;
 
-  function sendJson(ex: Exchange, req: Incoming | null, status: number, json: string, cookie?: string, extra: [string, string][] = [], close = false): void {
+  function sendJson(ex: Exchange, req: Incoming | null, status: number, json: string, cookie?: string, extra: [string, string][] = []): void {
     const headers: [string, string][] = [['Content-Type', 'application/json; charset=utf-8'], ['Cache-Control', 'no-store'], ...extra];
     if (cookie !== undefined) headers.push(['Set-Cookie', cookie]);
-    ex.send(req, status, headers, json, close);
+    ex.send(req, status, headers, json);
   }
 
-  function sendError(ex: Exchange, req: Incoming | null, code: ErrorCode, message?: string, details: Record<string, unknown> = {}, close = false): void {
+  function sendError(ex: Exchange, req: Incoming | null, code: ErrorCode, message?: string, details: Record<string, unknown> = {}): void {
     const extra: [string, string][] = typeof details.retry_after === 'number' ? [['Retry-After', String(details.retry_after)]] : [];
     // A request whose session has ended gets its cookie cleared too.
     const cookie = code === 'signed_out' && req?.sessionId ? sessionCookie(null, req.secure) : undefined;
-    sendJson(ex, req, ERROR_CODES[code].status, errorBody(code, details, message), cookie, extra, close);
+    sendJson(ex, req, ERROR_CODES[code].status, errorBody(code, details, message), cookie, extra);
   }
 
   function redirect(ex: Exchange, req: Incoming, to: string, clearCookie = false): void {
@@ -254,7 +261,8 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   /** Reads a JSON object body within MAX_BODY; answers 413/415/400 itself. */
   function readBody(res: HttpResponse, ex: Exchange, req: Incoming, then: (body: Record<string, unknown>) => void): void {
     if (!isJson(req.contentType)) return sendError(ex, req, 'unsupported_media_type');
-    if (req.contentLength !== '' && Number(req.contentLength) > MAX_BODY) return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY }, true);
+    // Answered at once, the body passed over, the connection kept: see http.ts.
+    if (req.contentLength !== '' && Number(req.contentLength) > MAX_BODY) return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY });
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
@@ -263,7 +271,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       size += chunk.byteLength;
       if (size > MAX_BODY) {
         over = true;
-        return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY }, true);
+        return sendError(ex, req, 'payload_too_large', undefined, { max_bytes: MAX_BODY });
       }
       chunks.push(Buffer.from(chunk.slice(0))); // the chunk dies with this callback: copy
       if (!isLast) return;
@@ -283,9 +291,9 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   /** A JSON endpoint: checks, body, then the handler; an IprError answers its code, anything else 500. */
   function route(method: 'get' | 'post' | 'put' | 'del', pattern: string, options: RouteOptions, handler: (call: Call) => Answer | Promise<Answer>): void {
     const params = pattern.split('/').filter((s) => s.startsWith(':')).length;
-    allowed.set(pattern, [...(allowed.get(pattern) ?? []), method === 'del' ? 'DELETE' : method.toUpperCase()]);
-    app[method](pattern, (res, req) => {
-      const ex = exchange(res);
+    allowed.set(pattern, [...(allowed.get(pattern) ?? []), ...(method === 'del' ? ['DELETE'] : method === 'get' ? ['GET', 'HEAD'] : [method.toUpperCase()])]);
+    const handle = (res: HttpResponse, req: HttpRequest) => {
+      const ex = exchange(res, req);
       let r: Incoming | null = null;
       const fail = (error: unknown) => {
         if (error instanceof IprError && error.code === 'invalid_argument') return sendError(ex, r, 'invalid_request', error.message);
@@ -310,7 +318,9 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
       } catch (error) {
         fail(error);
       }
-    });
+    };
+    app[method](pattern, handle);
+    if (method === 'get') app.head(pattern, handle);
   }
 
   // Sessions.
@@ -361,18 +371,19 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   route('get', '/dashboard/api/about', { signedIn: false }, () => ({ body: { signup: ctx.signup, sources: sourcesView(ctx) } }));
 
   for (const [pattern, methods] of allowed) {
-    app.any(pattern, (res) => {
-      const ex = exchange(res);
+    app.any(pattern, (res, req) => {
+      const ex = exchange(res, req);
       sendJson(ex, null, 405, errorBody('method_not_allowed', { allowed: methods }), undefined, [['Allow', methods.join(', ')]]);
     });
   }
 
-  // Pages and their files.
-  const toKeys = (res: HttpResponse, req: HttpRequest) => redirect(exchange(res), incoming(res, req, 0), '/dashboard/keys');
-  app.get('/dashboard', toKeys);
-  app.get('/dashboard/', toKeys);
-  app.get('/dashboard/:page', (res, req) => {
-    const ex = exchange(res);
+  // Pages and their files; HEAD answers as GET (exchange leaves the content out).
+  const getOrHead = (pattern: string, handler: (res: HttpResponse, req: HttpRequest) => void) => app.get(pattern, handler).head(pattern, handler);
+  const toKeys = (res: HttpResponse, req: HttpRequest) => redirect(exchange(res, req), incoming(res, req, 0), '/dashboard/keys');
+  getOrHead('/dashboard', toKeys);
+  getOrHead('/dashboard/', toKeys);
+  getOrHead('/dashboard/:page', (res, req) => {
+    const ex = exchange(res, req);
     const r = incoming(res, req, 1);
     const page = r.params[0]!;
     const needsSession = PAGES[page];
@@ -383,12 +394,13 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     // no-store: after sign-out, Back must not show a signed-in page from memory.
     sendFile(ex, r, files.get(`${page}.html`), 'no-store');
   });
-  app.get('/dashboard/assets/:name', (res, req) => {
+  getOrHead('/dashboard/assets/:name', (res, req) => {
+    const ex = exchange(res, req);
     const r = incoming(res, req, 1);
-    sendFile(exchange(res), r, files.get(`assets/${r.params[0]}`), 'no-cache');
+    sendFile(ex, r, files.get(`assets/${r.params[0]}`), 'no-cache');
   });
   app.any('/dashboard/*', (res, req) => {
-    const ex = exchange(res);
+    const ex = exchange(res, req);
     const r = incoming(res, req, 0);
     if (req.getUrl().startsWith('/dashboard/api/')) sendError(ex, r, 'not_found');
     else sendNotFoundPage(ex, r);

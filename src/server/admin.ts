@@ -86,6 +86,7 @@ export interface UpdateRun {
 export class OperationsMetrics {
   readonly registry = new Registry();
   readonly #swaps: Counter;
+  readonly #snapshotProblems: Counter<'problem'>;
   readonly #updates: Counter<'result'>;
   readonly #updateSeconds: Gauge;
   readonly #lastSuccess: Gauge;
@@ -184,6 +185,13 @@ export class OperationsMetrics {
       },
     });
     this.#swaps = new Counter({ name: 'ipr_snapshot_swaps_total', help: 'Newly published snapshots the server moved to', registers });
+    this.#snapshotProblems = new Counter({
+      name: 'ipr_snapshot_problems_total',
+      help: 'Snapshot problems: refused (a newly published snapshot failed to open; the previous one keeps answering), damaged (the snapshot being served was changed on disk)',
+      labelNames: ['problem'],
+      registers,
+    });
+    for (const problem of ['refused', 'damaged']) this.#snapshotProblems.inc({ problem }, 0);
     this.#updates = new Counter({
       name: 'ipr_updates_total',
       help: 'Scheduled updates by result: published, unchanged (nothing new), held (after a rollback), failed',
@@ -201,6 +209,10 @@ export class OperationsMetrics {
 
   snapshotSwapped(): void {
     this.#swaps.inc();
+  }
+
+  snapshotProblem(problem: 'refused' | 'damaged'): void {
+    this.#snapshotProblems.inc({ problem });
   }
 
   updateFinished(run: UpdateRun): void {

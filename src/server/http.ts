@@ -73,6 +73,23 @@ export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string
   return JSON.stringify({ error: code, message, details });
 }
 
+/**
+ * Ends the answer to a HEAD request (inside a cork): the headers GET would
+ * get, with the Content-Length of its content, and no content, which would
+ * be read as the next answer (RFC 9110). uWS 20.30's endWithoutBody ends a
+ * response only when called without arguments (given a length, it leaves
+ * the response open and uWS aborts the process), so the length is written
+ * as a header; a closing answer says Content-Length: 0 instead.
+ */
+export function endHead(res: HttpResponse, length: number, close: boolean): void {
+  if (close) {
+    res.end('', true);
+    return;
+  }
+  res.writeHeader('Content-Length', String(length));
+  res.endWithoutBody();
+}
+
 /** A cached answer to "what may this key do", valid until the store's version changes. */
 interface KeyGrant {
   id: number;
@@ -176,13 +193,12 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     body: string | Uint8Array,
     limits: Window | null,
     extra?: [string, string][],
-    closeConnection = false,
   ): void {
     if (state.done) return;
     state.done = true;
     ctx.inflight.count--;
     if (state.aborted) return;
-    const close = closeConnection || ctx.draining();
+    const close = ctx.draining();
     answered(state, status, ctx.accessLog === null ? null : res);
     res.cork(() => {
       res.writeStatus(STATUS[status]!);
@@ -193,7 +209,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         res.writeHeader('X-RateLimit-Reset', String(limits[2]));
       }
       if (extra) for (const [name, value] of extra) res.writeHeader(name, value);
-      res.end(body, close);
+      if (state.head) endHead(res, typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength, close);
+      else res.end(body, close);
     });
   }
 
@@ -203,9 +220,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     code: ApiErrorCode,
     limits: Window | null,
     details?: Record<string, unknown>,
-    closeConnection = false,
   ): void {
-    send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits, undefined, closeConnection);
+    send(res, state, ERROR_CODES[code].status, errorBody(code, details), limits);
   }
 
   /** Counts (and logs) an answer; status 0: the client went away first. `res` only when logging, before it ends. */
@@ -236,15 +252,17 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     id: number;
     /** The prefix of the request's valid key, once authenticated. */
     key: string | null;
+    /** A HEAD request: answered as GET would be, without content. */
+    head: boolean;
   }
 
   let sequence = 0;
 
   /** The state of a request just arrived, counted in flight. */
-  function begin(route: number): RequestState {
+  function begin(route: number, head = false): RequestState {
     ctx.inflight.count++;
     sequence = (sequence + 1) % 0x40000000; // a small integer: no allocation
-    return { aborted: false, done: false, route, started: nowMicros(), id: sequence, key: null };
+    return { aborted: false, done: false, route, started: nowMicros(), id: sequence, key: null, head };
   }
 
   /**
@@ -287,8 +305,11 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         const limits = window(v);
         const grant = auth.grant;
         if (declaredLength !== '' && Number(declaredLength) > maxBody) {
-          // Do not read a body announced too large: answer and close.
-          sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+          // Not waiting for a body announced too large: uWS passes over its
+          // bytes, and the connection serves the next request. (Closing it
+          // here, with body bytes unread, makes the kernel reset it, and the
+          // client may lose this answer.)
+          sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody });
           return;
         }
         const chunks: Buffer[] = [];
@@ -298,7 +319,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
           try {
             size += chunk.byteLength;
             if (size > maxBody) {
-              sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }, true);
+              sendError(res, state, 'payload_too_large', limits, { max_bytes: maxBody }); // the rest of the body is passed over
               return;
             }
             if (!isLast) {
@@ -373,31 +394,35 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     }),
   );
 
-  app.get('/v1/health', (res) => {
-    const state = begin(Route.Health);
+  const health = (res: HttpResponse, req: HttpRequest) => {
+    const state = begin(Route.Health, req.getMethod() === 'head');
     const healthy = !ctx.draining();
     send(res, state, healthy ? 200 : 503, healthy ? '{"status":"healthy"}' : '{"status":"unavailable"}', null);
-  });
+  };
+  app.get('/v1/health', health);
+  app.head('/v1/health', health);
 
-  app.get('/v1/openapi.json', (res) => {
-    const state = begin(Route.OpenApi);
+  const openapi = (res: HttpResponse, req: HttpRequest) => {
+    const state = begin(Route.OpenApi, req.getMethod() === 'head');
     send(res, state, 200, ctx.openapi, null);
-  });
+  };
+  app.get('/v1/openapi.json', openapi);
+  app.head('/v1/openapi.json', openapi);
 
   const allow: [number, string][] = [
     [Route.Check, 'POST'],
     [Route.Batch, 'POST'],
-    [Route.Health, 'GET'],
-    [Route.OpenApi, 'GET'],
+    [Route.Health, 'GET, HEAD'],
+    [Route.OpenApi, 'GET, HEAD'],
   ];
   for (const [route, methods] of allow) {
-    app.any(ROUTES[route]!, (res) => {
-      const state = begin(route);
+    app.any(ROUTES[route]!, (res, req) => {
+      const state = begin(route, req.getMethod() === 'head');
       send(res, state, 405, errorBody('method_not_allowed', { allowed: methods.split(', ') }), null, [['Allow', methods]]);
     });
   }
-  app.any('/*', (res) => {
-    const state = begin(Route.Other);
+  app.any('/*', (res, req) => {
+    const state = begin(Route.Other, req.getMethod() === 'head');
     send(res, state, 404, errorBody('not_found'), null);
   });
   return app;

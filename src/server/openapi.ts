@@ -253,7 +253,9 @@ export function openapiDocument(plans: Map<string, Plan>): object {
       },
     },
     'x-other-answers': {
-      description: 'Every endpoint: an unknown path answers 404 not_found; a known path with another method answers 405 method_not_allowed with an Allow header.',
+      description:
+        'Every endpoint: an unknown path answers 404 not_found; a known path with another method answers 405 method_not_allowed with an Allow header. ' +
+        'HEAD is answered wherever GET is, and with the status of any other path: the same headers, no content.',
       codes: Object.fromEntries((['not_found', 'method_not_allowed'] as const).map((c) => [c, ERROR_CODES[c].status])),
     },
   };

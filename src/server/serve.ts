@@ -107,7 +107,12 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   let operations: OperationsMetrics | null = null;
   const snapshot = openSnapshot(options.dataDir, {
     watch: options.watchMs ?? 250,
-    onRefreshError: (error) => log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one'),
+    onRefreshError: (error) => {
+      const damaged = error.code === 'snapshot_damaged';
+      operations?.snapshotProblem(damaged ? 'damaged' : 'refused');
+      if (damaged) log.error({ err: error }, 'the snapshot being served was changed on disk; still serving it');
+      else log.error({ err: error }, 'a newly published snapshot was refused; still serving the previous one');
+    },
     onSwap: () => {
       operations?.snapshotSwapped();
       const info = snapshot.info();
