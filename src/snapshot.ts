@@ -163,6 +163,7 @@ export class Snapshot {
   #companies!: RecordTable<Company>;
   #asns!: RecordTable<AsnRecord>;
   #locations!: RecordTable<Location>;
+  #meta: { path: string; meta: SnapshotInfo['meta'] } | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -183,6 +184,7 @@ export class Snapshot {
     this.#json = Buffer.from(jsonOut);
     this.#handle = new native.SnapshotHandle(dataDir, this.#out, jsonOut, flagsJson);
     this.#syncRecords();
+    this.info();
     if (options.watch) {
       const every = typeof options.watch === 'number' ? options.watch : 250;
       const onError = options.onRefreshError ?? (() => {});
@@ -256,13 +258,17 @@ export class Snapshot {
   info(): SnapshotInfo {
     this.#assertOpen();
     const raw = this.#handle.info();
+    // The metadata was verified (checksum) when the snapshot opened: parse it
+    // once per snapshot. Read again from the map each time, it would follow
+    // whatever was written over the file in place since.
+    if (this.#meta?.path !== raw.path) this.#meta = { path: raw.path, meta: JSON.parse(raw.meta) };
     return {
       path: raw.path,
       format_version: raw.formatVersion,
       built_at: new Date(raw.builtAtMs).toISOString(),
       file_bytes: raw.fileBytes,
       checksum: raw.checksum.toString(16).padStart(16, '0'),
-      meta: JSON.parse(raw.meta),
+      meta: this.#meta.meta,
     };
   }
 
@@ -281,7 +287,10 @@ export class Snapshot {
    * unmapped when its last reader has moved on.
    */
   #moved(swapped: boolean): boolean {
-    if (swapped && !this.#closed) this.#syncRecords();
+    if (swapped && !this.#closed) {
+      this.#syncRecords();
+      this.info();
+    }
     return swapped;
   }
 

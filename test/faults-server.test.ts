@@ -92,7 +92,8 @@ t.test('the served snapshot written to in place: no crash, health unchanged, the
   t.match(JSON.parse(reports()[0]!), { level: 50, err: { code: 'snapshot_damaged', message: new RegExp(`${name} was written to while being served`) } });
   await sleep(1000);
   t.equal(reports().length, seen, 'not repeated while the file stays as it is');
-  const metrics = samples((await admin(adminAddress(server).port, '/metrics')).text);
+  const scrape = await admin(adminAddress(server).port, '/metrics');
+  const metrics = samples(scrape.text);
   t.equal(metrics.get('ipr_snapshot_problems_total{problem="damaged"}'), seen, 'counted in the metrics, once per report');
   t.equal(metrics.get('ipr_snapshot_problems_total{problem="refused"}'), 0);
 
