@@ -209,7 +209,8 @@ t.test('no room for CURRENT at publication (no inode left): a clear error, the o
   const dataDir = path.join(disk, 'data');
   t.equal(ipr('build', '--sources', sources, '--data', dataDir).code, 0);
   const old = published(dataDir);
-  // Use up every inode, then free one: the new snapshot file can be created, CURRENT's replacement cannot.
+  // Use up every inode, then free two: the data folder's lock and the new
+  // snapshot file can be created, CURRENT's replacement cannot.
   const filler = path.join(disk, 'filler');
   mkdirSync(filler);
   let files = 0;
@@ -219,6 +220,7 @@ t.test('no room for CURRENT at publication (no inode left): a clear error, the o
     t.equal((error as NodeJS.ErrnoException).code, 'ENOSPC', `inodes used up after ${files - 1} files`);
   }
   rmSync(path.join(filler, '0'));
+  rmSync(path.join(filler, '1'));
 
   const r = ipr('build', '--sources', sources, '--data', dataDir);
   t.equal(r.code, 1);
