@@ -4,13 +4,14 @@
 // quiet case; here requests, sign-ins and key creations are in flight).
 import { closeSync, copyFileSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { random, seededAddresses } from '../bench/addresses.js';
 import { openSnapshot } from '../src/index.js';
 import { dayOf } from '../src/server/accounts.js';
-import { fullDataDir } from './helpers.js';
+import { fullDataDir, runIpr } from './helpers.js';
 import {
   accountStore,
   accountWithKey,
@@ -38,6 +39,16 @@ function batch(port: number, key: string, ips: string[]) {
     body: JSON.stringify({ ips }),
   });
 }
+
+t.test('a port another process holds: the server says so and exits, leaving no worker thread behind', { timeout: 60_000 }, async (t) => {
+  const holder = net.createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => holder.close());
+  const { port } = holder.address() as net.AddressInfo;
+  const run = await runIpr('serve', '--data', dataDirWithFullSnapshot(t), '--host', '127.0.0.1', '--port', String(port), '--workers', '2');
+  t.not(run.code, 0);
+  t.match(run.stderr, `worker 0: cannot listen on 127.0.0.1:${port}`);
+});
 
 t.test('the served snapshot written to in place: no crash, health unchanged, the damage logged once, a new snapshot taken up', async (t) => {
   const dataDir = dataDirWithSnapshotCopy(t);

@@ -80,6 +80,18 @@ function freePort(host: string): Promise<number> {
   });
 }
 
+const FREE_PORT_ATTEMPTS = 5;
+
+class WorkerFailed extends IprError {
+  constructor(
+    message: string,
+    /** The worker could not listen: the port was taken. */
+    readonly portTaken: boolean,
+  ) {
+    super('server_failed', message);
+  }
+}
+
 /** Asks a worker to drain and waits until its thread has ended (never terminate(): see worker.ts). */
 function drain(worker: Worker, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -165,11 +177,25 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: data });
       const onMessage = (m: FromWorker) => {
         if (m.type === 'listening') resolve({ worker, port: m.port });
-        if (m.type === 'failed') reject(new IprError('server_failed', `worker ${index}: ${m.message}`));
+        if (m.type === 'failed') reject(new WorkerFailed(`worker ${index}: ${m.message}`, m.portTaken));
       };
       worker.on('message', onMessage);
       worker.once('error', (error) => reject(new IprError('server_failed', `worker ${index}: ${error.message}`)));
     });
+
+  // The probed port is free only until it is closed: any process may take it
+  // (an outgoing connection's ephemeral port, another server) before the first
+  // worker listens on it, so probe again a few times before giving up.
+  const startOnFreePort = async (): Promise<Worker> => {
+    for (let attempt = 1; ; attempt++) {
+      port = await freePort(host);
+      try {
+        return (await start(0, port)).worker;
+      } catch (error) {
+        if (!(error instanceof WorkerFailed && error.portTaken) || attempt === FREE_PORT_ATTEMPTS) throw error;
+      }
+    }
+  };
 
   const updates =
     options.update === undefined
@@ -183,7 +209,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         });
   let admin: AdminServer | null = null;
   let foldTimer: NodeJS.Timeout | undefined;
-  const port = options.port === 0 ? await freePort(host) : options.port;
+  let port = options.port;
   try {
     if (options.admin !== undefined) {
       // Loaded here: prom-client is for servers with an admin port, not every ipr command.
@@ -199,7 +225,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         provenance: () => provenance(snapshot, updates?.status() ?? null),
       });
     }
-    for (let i = 0; i < workerCount; i++) workers.push((await start(i, port)).worker);
+    workers.push(options.port === 0 ? await startOnFreePort() : (await start(0, port)).worker);
+    for (let i = 1; i < workerCount; i++) workers.push((await start(i, port)).worker);
   } catch (error) {
     await updates?.close();
     await admin?.close();

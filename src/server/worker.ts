@@ -36,11 +36,16 @@ export interface WorkerData {
 /** Messages from the main thread. */
 export type ToWorker = { type: 'drain' };
 /** Messages to the main thread. */
-export type FromWorker = { type: 'listening'; port: number } | { type: 'failed'; message: string } | { type: 'drained' };
+export type FromWorker = { type: 'listening'; port: number } | { type: 'failed'; message: string; portTaken: boolean } | { type: 'drained' };
 
 const data = workerData as WorkerData;
 const port = parentPort!;
 const post = (m: FromWorker) => port.postMessage(m);
+/** Reports why this worker cannot serve and lets its thread end: it holds no socket, and the main thread will not ask it to drain. */
+const fail = (message: string, portTaken: boolean) => {
+  post({ type: 'failed', message, portTaken });
+  port.close();
+};
 const log = createLogger({ worker: data.index });
 
 try {
@@ -70,14 +75,6 @@ try {
   });
   mountDashboard(app, { ...shared, ...data.dashboard, log });
   let listenSocket: unknown = null;
-  app.listen(data.host, data.port, (token) => {
-    if (!token) {
-      post({ type: 'failed', message: `cannot listen on ${data.host}:${data.port}` });
-      return;
-    }
-    listenSocket = token;
-    post({ type: 'listening', port: uws.us_socket_local_port(token) });
-  });
   port.on('message', (message: ToWorker) => {
     if (message.type !== 'drain' || draining) return;
     draining = true;
@@ -98,6 +95,14 @@ try {
     };
     waitForInflight();
   });
+  app.listen(data.host, data.port, (token) => {
+    if (!token) {
+      fail(`cannot listen on ${data.host}:${data.port}`, true);
+      return;
+    }
+    listenSocket = token;
+    post({ type: 'listening', port: uws.us_socket_local_port(token) });
+  });
 } catch (error) {
-  post({ type: 'failed', message: error instanceof Error ? error.message : String(error) });
+  fail(error instanceof Error ? error.message : String(error), false);
 }
