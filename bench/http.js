@@ -209,7 +209,7 @@ try {
   // most one per connection per run.
   await ours.stop();
   servers.splice(servers.indexOf(ours), 1);
-  const { AccountStore, dayOf, keyDigest } = await import('../dist/server/accounts.js');
+  const { AccountStore, dayOf, keyDigest } = await import('../dist/store/accounts.js');
   const store = new AccountStore(dataDir);
   const today = dayOf(Date.now());
   let counted = 0;

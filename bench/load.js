@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const cli = path.join(root, 'dist', 'cli.js');
+export const cli = path.join(root, 'dist', 'cli', 'main.js');
 
 /**
  * Creates an account on `plan` in `dataDir` and `count` keys for it; returns the keys.

@@ -28,7 +28,7 @@ import { seededAddresses, sharedData } from './addresses.js';
 import { servedSources, startFeedServer } from './feed-server.js';
 import { cli, createKeys, runLoad, startServer } from './load.js';
 import { environment, median } from './report.js';
-import { publish } from '../dist/build/publish.js';
+import { publish } from '../dist/pipeline/publish.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);

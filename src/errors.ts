@@ -70,6 +70,13 @@ export const API_ERROR_CODES = [
 ] as const satisfies readonly ErrorCode[];
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
 
+/**
+ * The error body every HTTP answer uses (spec section 2.3): the API's, the
+ * dashboard's and the admin port's.
+ */
+export function errorBody(code: ErrorCode, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
+  return JSON.stringify({ error: code, message, details });
+}
 
 export class IprError extends Error {
   /** Stable, machine-readable: a key of ERROR_CODES. */

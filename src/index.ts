@@ -19,7 +19,7 @@ export {
   type SnapshotInfo,
   type SourceInfo,
 } from './snapshot.js';
-export { buildSnapshot, type BuildOptions, type BuildSummary, type BuildProgress } from './build/build.js';
-export { loadSources, type Source, type SourcesConfig } from './build/sources.js';
+export { buildSnapshot, type BuildOptions, type BuildSummary, type BuildProgress } from './pipeline/build.js';
+export { loadSources, type Source, type SourcesConfig } from './pipeline/sources.js';
 export { IprError, ERROR_CODES, type ErrorCode } from './errors.js';
 export { loadRiskConfig, riskTable, type RiskConfig, type Recommendation } from './risk.js';

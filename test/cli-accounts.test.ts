@@ -3,12 +3,12 @@
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import t from 'tap';
-import { AccountStore } from '../src/server/accounts.js';
-import { root, testDir } from './helpers.js';
+import { AccountStore } from '../src/store/accounts.js';
+import { cli, testDir } from './helpers.js';
 import { check } from './server.js';
 
 function ipr(args: string[], input?: string) {
-  const r = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), ...args], { encoding: 'utf8', input });
+  const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', input });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -63,7 +63,7 @@ t.test('accounts and keys from the command line', async (t) => {
 
 t.test('ipr start on an empty data folder: builds from the default sources, serves, says how to begin', async (t) => {
   const data = path.join(testDir(t), 'fresh');
-  const child = spawn(process.execPath, [path.join(root, 'dist', 'cli.js'), 'start', '--data', data, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [cli, 'start', '--data', data, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.on('data', (d) => (output += d));
   child.stderr.on('data', (d) => (output += d));

@@ -3,10 +3,10 @@ import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { feeds, fullDataDir, root, testDir } from './helpers.js';
+import { cli, feeds, fullDataDir, testDir } from './helpers.js';
 
 function ipr(...args: string[]) {
-  const r = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), ...args], { encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 

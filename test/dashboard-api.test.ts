@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { keyDigest } from '../src/server/accounts.js';
+import { keyDigest } from '../src/store/accounts.js';
 import { accountStore, check, cookieOf, dash, dataDirWithFullSnapshot, PASSWORD, request, setClock, signIn, startServer, type Reply, type Signed } from './server.js';
 
 const NOON = Date.parse('2026-03-01T12:00:00.000Z');

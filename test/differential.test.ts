@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import maxmind, { type CityResponse } from 'maxmind';
 import t from 'tap';
 import { openSnapshot, type Location } from '../src/index.js';
-import { asciiJson } from '../src/build/records.js';
+import { asciiJson } from '../src/pipeline/records.js';
 import { seededAddresses } from '../bench/addresses.js';
 import { fullDataDir, packageFile } from './helpers.js';
 import { findRow, ipValue, isSpecial, loadAsnRows, routeOf, text } from './reference.js';

@@ -10,10 +10,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { random, seededAddresses } from '../bench/addresses.js';
 import { openSnapshot } from '../src/index.js';
-import { root, testDir } from './helpers.js';
+import { cli, root, testDir } from './helpers.js';
 import { accountStore, accountWithKey, plansFile, request, startServer, type Server } from './server.js';
 
-const CLI = path.join(root, 'dist', 'cli.js');
 /** Kill trials in CI; IPR_FAULT_TRIALS runs more by hand. */
 const TRIALS = Number(process.env.IPR_FAULT_TRIALS ?? 8);
 const SNAPSHOT = /^snap-[0-9]{8}T[0-9]{9}Z-[0-9a-f]{8}\.mdb$/;
@@ -35,7 +34,7 @@ function sourcesWithoutGeo(t: Parameters<typeof testDir>[0]): string {
 }
 
 function ipr(...args: string[]) {
-  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -104,7 +103,7 @@ t.test('kill -9 of ipr build at random points: the previous snapshot stays publi
   const outcomes = { importing: 0, writing: 0, published: 0, finished: 0 };
   for (let trial = 0; trial < TRIALS; trial++) {
     const before = published(dataDir);
-    const child = spawn(process.execPath, [CLI, 'build', '--sources', sources, '--data', dataDir, '--keep', '1'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, [cli, 'build', '--sources', sources, '--data', dataDir, '--keep', '1'], { stdio: ['ignore', 'ignore', 'pipe'] });
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     let stderr = '';
     const writing = new Promise<void>((resolve) =>

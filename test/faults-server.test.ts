@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { random, seededAddresses } from '../bench/addresses.js';
 import { openSnapshot } from '../src/index.js';
-import { dayOf } from '../src/server/accounts.js';
+import { dayOf } from '../src/store/accounts.js';
 import { fullDataDir, runIpr } from './helpers.js';
 import {
   accountStore,

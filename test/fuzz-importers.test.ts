@@ -274,10 +274,10 @@ t.test('the real MMDB cut at many points: a clear mmdb_invalid and nothing publi
 // memory and survives a crash to report it.
 const IMPORT_ONE = `
 const [dist, file] = process.argv.slice(1);
-const { IMPORTERS } = await import(dist + '/build/importers.js');
-const { RangeSink } = await import(dist + '/build/ranges.js');
-const { Records } = await import(dist + '/build/records.js');
-const { Tally } = await import(dist + '/build/tally.js');
+const { IMPORTERS } = await import(dist + '/pipeline/importers.js');
+const { RangeSink } = await import(dist + '/pipeline/ranges.js');
+const { Records } = await import(dist + '/pipeline/records.js');
+const { Tally } = await import(dist + '/pipeline/tally.js');
 const { native } = await import(dist + '/native.js');
 const { IprError } = await import(dist + '/errors.js');
 const ctx = { source: { name: 'geo', kind: 'geo', format: 'mmdb' }, file, sink: new RangeSink(new native.SnapshotWriter()),

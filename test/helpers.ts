@@ -12,6 +12,8 @@ import { buildSnapshot, type BuildSummary } from '../src/index.js';
 import { packageFile, sharedData } from '../bench/addresses.js';
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+/** The built `ipr` command. */
+export const cli = path.join(root, 'dist', 'cli', 'main.js');
 export const feeds = path.join(sharedData, 'feeds');
 export { packageFile, sharedData };
 
@@ -62,7 +64,7 @@ export function fixtureFile(t: Test, name: string, text: string | Buffer): strin
  */
 export function runIpr(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(root, 'dist', 'cli.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [cli, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));

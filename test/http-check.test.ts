@@ -3,7 +3,7 @@
 import t from 'tap';
 import { openSnapshot } from '../src/index.js';
 import { openapiDocument } from '../src/server/openapi.js';
-import { loadPlans } from '../src/server/plans.js';
+import { loadPlans } from '../src/plans.js';
 import { fullDataDir } from './helpers.js';
 import { accountStore, accountWithKey, check, exchange, request, startServer } from './server.js';
 

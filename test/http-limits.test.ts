@@ -4,7 +4,7 @@
 // worker threads, and usage that survives restarts (kill -9 included).
 import http from 'node:http';
 import t from 'tap';
-import { dayOf } from '../src/server/accounts.js';
+import { dayOf } from '../src/store/accounts.js';
 import { accountStore, accountWithKey, check, dataDirWithFullSnapshot, plansFile, request, setClock, startServer } from './server.js';
 
 const NOON = Date.parse('2026-03-01T12:00:00.000Z');

@@ -7,7 +7,7 @@ import Ajv2020 from 'ajv/dist/2020.js';
 import t from 'tap';
 import { API_ERROR_CODES } from '../src/errors.js';
 import { openapiDocument } from '../src/server/openapi.js';
-import { loadPlans } from '../src/server/plans.js';
+import { loadPlans } from '../src/plans.js';
 import { root } from './helpers.js';
 import { accountStore, accountWithKey, check, request, startServer, type Reply } from './server.js';
 

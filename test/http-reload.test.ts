@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import t from 'tap';
 import { buildSnapshot } from '../src/index.js';
-import { feeds, root, testDir } from './helpers.js';
+import { cli, feeds, testDir } from './helpers.js';
 import { accountStore, accountWithKey, check, startServer } from './server.js';
 
 const VPN = { name: 'vpn', kind: 'vpn', format: 'cidr-list', path: path.join(feeds, 'vpn/ipv4.txt') };
@@ -45,7 +45,7 @@ t.test('hot reload during traffic: no failed request, new answers within a secon
   const clients = [client(), client()];
   await new Promise((resolve) => setTimeout(resolve, 500));
   // Publish from another process, as an operator would.
-  const build = spawn(process.execPath, [path.join(root, 'dist', 'cli.js'), 'build', '--sources', sourcesFile(t, 'after', [VPN, TOR]), '--data', dataDir], { stdio: 'ignore' });
+  const build = spawn(process.execPath, [cli, 'build', '--sources', sourcesFile(t, 'after', [VPN, TOR]), '--data', dataDir], { stdio: 'ignore' });
   t.equal(await new Promise((resolve) => build.once('exit', resolve)), 0, 'ipr build published');
   published = Date.now();
   while (firstTor === 0 && Date.now() - published < 5000) await new Promise((resolve) => setTimeout(resolve, 10));

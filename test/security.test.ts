@@ -10,9 +10,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { keyDigest } from '../src/server/accounts.js';
+import { keyDigest } from '../src/store/accounts.js';
 import { Sessions } from '../src/dashboard/sessions.js';
-import { root } from './helpers.js';
+import { cli, root } from './helpers.js';
 import { accountStore, check, cookieOf, dash, exchange, PASSWORD, request, signIn, startServer, type Reply, type Signed } from './server.js';
 
 /** Every file of the account store, as bytes. */
@@ -29,7 +29,7 @@ function forms(secret: string): Buffer[] {
 }
 
 function ipr(dataDir: string, input: string | null, ...args: string[]) {
-  const r = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), ...args, '--data', dataDir], { encoding: 'utf8', input: input ?? undefined });
+  const r = spawnSync(process.execPath, [cli, ...args, '--data', dataDir], { encoding: 'utf8', input: input ?? undefined });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -71,7 +71,7 @@ t.test('comparisons of secrets: by digest lookup or crypto.timingSafeEqual, neve
   // key. Passwords go through scrypt and timingSafeEqual, with a dummy hash
   // for unknown accounts; CSRF tokens through timingSafeEqual after a length
   // check (their length is public). Any === on a secret would undo that.
-  const sources = ['src/server/accounts.ts', 'src/server/http.ts', 'src/dashboard/sessions.ts', 'src/dashboard/routes.ts', 'src/dashboard/views.ts'];
+  const sources = ['src/store/accounts.ts', 'src/server/http.ts', 'src/dashboard/sessions.ts', 'src/dashboard/routes.ts', 'src/dashboard/views.ts'];
   for (const file of sources) {
     const text = readFileSync(path.join(root, file), 'utf8');
     const compares = text

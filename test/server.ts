@@ -9,8 +9,8 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import type { Test } from 'tap';
-import { AccountStore } from '../src/server/accounts.js';
-import { fullDataDir, root, testDir } from './helpers.js';
+import { AccountStore } from '../src/store/accounts.js';
+import { cli, fullDataDir, testDir } from './helpers.js';
 
 export interface Server {
   port: number;
@@ -83,7 +83,7 @@ export async function setClock(t: Test, time: number | string): Promise<void> {
 
 export async function startServer(t: Test, options: ServerOptions = {}): Promise<Server> {
   const dataDir = options.dataDir ?? dataDirWithFullSnapshot(t);
-  const args = [path.join(root, 'dist', 'cli.js'), 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', '0', '--workers', String(options.workers ?? 2)];
+  const args = [cli, 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', '0', '--workers', String(options.workers ?? 2)];
   if (options.clock !== undefined) {
     writeFileSync(clockFile(t), String(options.clock));
     args.push('--clock', clockFile(t));

@@ -3,7 +3,7 @@
 // Feed the tables with AddRanges (any order, any overlap: within a table the
 // most specific prefix wins, and of two equal prefixes the later one), give
 // the records and per-ASN attributes, Compile(), then Write() a new file. The
-// caller publishes the file (see src/publish.ts); this class never touches a
+// caller publishes the file (see src/pipeline/publish.ts); this class never touches a
 // published snapshot.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The snapshot published in one data folder, shared by every thread of the
 // process.
 //
-// Publication (src/publish.ts): a snapshot file is written under
+// Publication (src/pipeline/publish.ts): a snapshot file is written under
 // <data>/snapshots/, then <data>/snapshots/CURRENT is atomically replaced by a
 // file holding its name. A Store maps the named file once per process; every
 // handle in every worker thread reads through it.

@@ -67,7 +67,8 @@ static_assert(sizeof(TrieNode) == 32, "TrieNode is part of the file format");
 
 // Where LMDB puts a value stored in overflow pages: this many bytes into its
 // first page (the page header of the liblmdb the lmdb package ships). The
-// writer aligns trie nodes for it; test/native.snapshot.test.ts checks it.
+// writer aligns trie nodes for it; native/bench/lookup_bench.cc refuses a
+// snapshot whose nodes are not.
 constexpr size_t kBlobMapOffset = 24;
 
 // A validated view of a trie blob. It does not own the bytes: they live in the

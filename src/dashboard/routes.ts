@@ -22,10 +22,10 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
-import { ERROR_CODES, IprError, type ErrorCode } from '../errors.js';
-import type { AccountStore } from '../server/accounts.js';
-import { clientAddress, clientBytes, endHead, errorBody } from '../server/http.js';
-import type { Logger } from '../server/log.js';
+import { ERROR_CODES, errorBody, IprError, type ErrorCode } from '../errors.js';
+import type { AccountStore } from '../store/accounts.js';
+import { clientAddress, clientBytes, endHead } from '../server/http.js';
+import type { Logger } from '../log.js';
 import { Sessions, sessionCookie, type CurrentSession } from './sessions.js';
 import { accountView, createKey, keysView, keyView, sourcesView, usageView, type ViewContext } from './views.js';
 

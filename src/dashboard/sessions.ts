@@ -1,7 +1,7 @@
 /**
  * Dashboard sessions: sign-in with a limit on attempts, the session cookie,
  * expiry, CSRF tokens. Sessions and attempt counts are stored in the account
- * store (accounts.ts), so every worker thread and process sees the same ones.
+ * store (src/store/accounts.ts), so every worker thread and process sees the same ones.
  *
  * - A session id is 32 random bytes, sent only in an HttpOnly, SameSite=Strict
  *   cookie (Secure when the request came over HTTPS); only its SHA-256 is stored.
@@ -17,8 +17,8 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { IprError } from '../errors.js';
-import { MIN_PASSWORD_LENGTH, normaliseEmail, type Account, type AccountStore, type Session } from '../server/accounts.js';
-import type { Clock } from '../server/clock.js';
+import { MIN_PASSWORD_LENGTH, normaliseEmail, type Account, type AccountStore, type Session } from '../store/accounts.js';
+import type { Clock } from '../clock.js';
 
 export const SESSION_COOKIE = 'ipr_session';
 export const SESSION_IDLE_MS = 30 * 60_000;

@@ -7,10 +7,10 @@
  * too, up to a second later (usage.ts), and holds the days before.
  */
 import { IprError } from '../errors.js';
-import { dayOf, type Account, type AccountStore, type KeyRecord } from '../server/accounts.js';
-import type { Clock } from '../server/clock.js';
+import { dayOf, type Account, type AccountStore, type KeyRecord } from '../store/accounts.js';
+import type { Clock } from '../clock.js';
 import type { Limits } from '../server/limits.js';
-import type { Plan } from '../server/plans.js';
+import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
 
 const DAY_MS = 86_400_000;

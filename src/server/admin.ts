@@ -16,11 +16,10 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { IprError } from '../errors.js';
+import { errorBody, IprError } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
-import { errorBody } from './http.js';
 import { LATENCY_BOUNDS_US, LIMITS, ROUTES, STATUSES, type MetricsReader, type MetricsTotals } from './metrics.js';
-import type { UpdateStatus } from './updater.js';
+import type { UpdateRun, UpdateStatus } from './updater.js';
 
 const FAMILIES = ['ipv4', 'ipv6'] as const;
 
@@ -72,14 +71,6 @@ class SharedLatencyHistogram extends Histogram<'route'> {
   async getForPromString() {
     return this.get();
   }
-}
-
-/** What an update run reports to the metrics. */
-export interface UpdateRun {
-  result: 'published' | 'unchanged' | 'held' | 'failed';
-  seconds: number;
-  /** Sources whose last good copy stood in for a new one. */
-  fallbacks: string[];
 }
 
 /** Every metric the admin port serves. */

@@ -14,14 +14,14 @@
  */
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
-import { ERROR_CODES, inputAsText, type ApiErrorCode } from '../errors.js';
+import { ERROR_CODES, errorBody, inputAsText, type ApiErrorCode } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
-import { keyDigest, type AccountStore } from './accounts.js';
-import type { Clock } from './clock.js';
+import { keyDigest, type AccountStore } from '../store/accounts.js';
+import type { Clock } from '../clock.js';
 import type { Limits, Verdict } from './limits.js';
-import type { AccessLog } from './log.js';
+import type { AccessLog } from '../log.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
-import type { Plan } from './plans.js';
+import type { Plan } from '../plans.js';
 
 /** decisions.md: a /v1/check body over 8 KiB is refused. */
 export const MAX_CHECK_BODY = 8 * 1024;
@@ -67,11 +67,6 @@ const STATUS: Record<number, string> = {
 };
 const JSON_TYPE = 'application/json; charset=utf-8';
 const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
-
-/** The error body of spec 2.3 (the dashboard's endpoints answer in it too). */
-export function errorBody(code: keyof typeof ERROR_CODES, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
-  return JSON.stringify({ error: code, message, details });
-}
 
 /**
  * Ends the answer to a HEAD request (inside a cork): the headers GET would

@@ -11,7 +11,7 @@
  * thread (usage.ts) and loaded back on start. Requests without a valid key
  * are limited per client address in a second, hashed table.
  */
-import type { Plan } from './plans.js';
+import type { Plan } from '../plans.js';
 
 /** Seconds are stored relative to this (2020-01-01) so they fit an Int32 until 2088. */
 const EPOCH_S = 1_577_836_800;

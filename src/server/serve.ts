@@ -12,14 +12,14 @@ import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
 import { openSnapshot } from '../snapshot.js';
-import { AccountStore } from './accounts.js';
+import { AccountStore } from '../store/accounts.js';
 import type { AdminServer, OperationsMetrics } from './admin.js';
-import { parseClockText, SharedClock, systemClock, type Clock } from './clock.js';
+import { parseClockText, SharedClock, systemClock, type Clock } from '../clock.js';
 import { createLimitState, Limits } from './limits.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger, type Logger } from '../log.js';
 import { openapiDocument } from './openapi.js';
 import { createMetricsBuffer, MetricsReader } from './metrics.js';
-import { loadPlans } from './plans.js';
+import { loadPlans } from '../plans.js';
 import { ScheduledUpdates } from './updater.js';
 import { UsageRecorder } from './usage.js';
 import { loadUws } from './uws.js';
@@ -31,7 +31,7 @@ export interface ServeOptions {
   host?: string;
   /** Worker threads (default: one per core). */
   workers?: number;
-  /** Test clock: a file holding Unix milliseconds or an ISO date (see clock.ts). */
+  /** Test clock: a file holding Unix milliseconds or an ISO date (see src/clock.ts). */
   clockFile?: string;
   /** Capacity of the shared limit table: keys with a higher id cannot be served. */
   maxKeys?: number;

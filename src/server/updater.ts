@@ -9,8 +9,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
-import type { UpdateRun } from './admin.js';
-import type { Logger } from './log.js';
+import type { Logger } from '../log.js';
+
+/** What an update run reports to the metrics. */
+export interface UpdateRun {
+  result: 'published' | 'unchanged' | 'held' | 'failed';
+  seconds: number;
+  /** Sources whose last good copy stood in for a new one. */
+  fallbacks: string[];
+}
 
 export interface UpdaterOptions {
   dataDir: string;
@@ -34,7 +41,7 @@ export interface UpdateStatus {
   last: (UpdateRun & { started_at: string; finished_at: string; snapshot?: string; error?: string }) | null;
 }
 
-const CLI = fileURLToPath(new URL('../cli.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../cli/main.js', import.meta.url));
 /** Nice value of the update process: below the server's threads, above idle. */
 const UPDATE_PRIORITY = 10;
 const KILL_AFTER_MS = 10_000;

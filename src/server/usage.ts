@@ -5,9 +5,9 @@
  * store. A kill -9 loses at most the last second. On start the day's counts
  * are loaded back, so limits hold across restarts.
  */
-import type { AccountStore } from './accounts.js';
-import { dayOf } from './accounts.js';
-import type { Clock } from './clock.js';
+import type { AccountStore } from '../store/accounts.js';
+import { dayOf } from '../store/accounts.js';
+import type { Clock } from '../clock.js';
 import type { Limits } from './limits.js';
 
 const DAY_MS = 86_400_000;

@@ -7,13 +7,13 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
-import { AccountStore } from './accounts.js';
-import { SharedClock, systemClock } from './clock.js';
+import { AccountStore } from '../store/accounts.js';
+import { SharedClock, systemClock } from '../clock.js';
 import { createApi } from './http.js';
 import { Limits, type SharedLimitState } from './limits.js';
-import { createAccessLog, createLogger } from './log.js';
+import { createAccessLog, createLogger } from '../log.js';
 import { WorkerMetrics } from './metrics.js';
-import { loadPlans } from './plans.js';
+import { loadPlans } from '../plans.js';
 import { loadUws } from './uws.js';
 
 export interface WorkerData {

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { IprError } from '../errors.js';
+import { IprError } from './errors.js';
 
 export interface Plan {
   name: string;
@@ -13,7 +13,7 @@ export interface Plan {
   requestsPerSecond: number;
 }
 
-export const DEFAULT_PLANS_PATH = fileURLToPath(new URL('../../config/plans.json', import.meta.url));
+export const DEFAULT_PLANS_PATH = fileURLToPath(new URL('../config/plans.json', import.meta.url));
 
 export function loadPlans(file: string = process.env.IPR_PLANS_CONFIG ?? DEFAULT_PLANS_PATH): Map<string, Plan> {
   let parsed: Record<string, unknown>;

@@ -1,0 +1,144 @@
+/**
+ * The customer commands: accounts (create, set-plan, suspend, reactivate)
+ * and keys (create, list, revoke, allow), on the data folder's account store.
+ */
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline/promises';
+import { loadPlans } from '../plans.js';
+import { AccountStore, dayOf } from '../store/accounts.js';
+import { dataDirOf, integerOption, listOption, options, UsageError, type Command } from './args.js';
+import { table } from './output.js';
+
+async function readPassword(): Promise<string> {
+  if (process.stdin.isTTY) {
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    const answer = await rl.question('password: ');
+    rl.close();
+    return answer;
+  }
+  return readFileSync(0, 'utf8').replace(/\r?\n$/, '');
+}
+
+function requirePlan(plan: string | undefined): string {
+  if (!plan) throw new UsageError('--plan P is required');
+  const plans = loadPlans();
+  if (!plans.has(plan)) throw new UsageError(`unknown plan "${plan}" (plans: ${[...plans.keys()].join(', ')})`);
+  return plan;
+}
+
+/** Runs `action` on the data folder's account store, closing it afterwards. */
+async function withStore<T>(dataDir: string, action: (store: AccountStore) => Promise<T> | T): Promise<T> {
+  const store = new AccountStore(dataDir);
+  try {
+    return await action(store);
+  } finally {
+    await store.close();
+  }
+}
+
+async function accounts(args: string[]): Promise<number> {
+  const [action, ...rest] = args;
+  const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
+  const email = values.email;
+  if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
+  if (!['create', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
+  const plan = action === 'create' || action === 'set-plan' ? requirePlan(values.plan) : '';
+  const line = await withStore(dataDirOf(values), async (store) => {
+    if (action === 'create') {
+      const account = await store.createAccount(email, await readPassword(), plan);
+      return `created account ${account.email} (plan ${account.plan})`;
+    }
+    if (action === 'set-plan') {
+      const account = store.setPlan(email, plan);
+      return `${account.email}: plan ${account.plan}`;
+    }
+    const account = store.setStatus(email, action === 'suspend' ? 'suspended' : 'active');
+    return `${account.email}: ${account.status}`;
+  });
+  process.stdout.write(`${line}\n`);
+  return 0;
+}
+
+async function keys(args: string[]): Promise<number> {
+  const [action, ...rest] = args;
+  const { values } = options(rest, {
+    account: { type: 'string' },
+    name: { type: 'string' },
+    count: { type: 'string' },
+    allow: { type: 'string' },
+    prefix: { type: 'string' },
+    from: { type: 'string' },
+  });
+  const email = values.account;
+  if (!email) throw new UsageError(`keys ${action ?? ''} needs --account E`);
+  switch (action) {
+    case 'create': {
+      const name = values.name;
+      if (!name) throw new UsageError('keys create needs --name N');
+      const count = integerOption(values.count, '--count', 1, 1)!;
+      const made = await withStore(dataDirOf(values), (store) => {
+        const out: string[] = [];
+        for (let i = 0; i < count; i++) {
+          const { key, record } = store.createKey(email, count === 1 ? name : `${name} ${i + 1}`, listOption(values.allow));
+          process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`);
+          out.push(key);
+        }
+        return out;
+      });
+      process.stdout.write(`${made.join('\n')}\n`);
+      return 0;
+    }
+    case 'list': {
+      const today = dayOf(Date.now());
+      const rows = await withStore(dataDirOf(values), (store) =>
+        store.listKeys(email).map((k) => [
+          k.prefix,
+          k.name,
+          k.created.slice(0, 19).replace('T', ' '),
+          k.lastUsed ? k.lastUsed.slice(0, 19).replace('T', ' ') : 'never',
+          k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
+          store.usage(k.id, today),
+          k.allowed.join(',') || 'anywhere',
+        ]),
+      );
+      process.stdout.write(`${table([['prefix', 'name', 'created (UTC)', 'last used (UTC)', 'status', 'today', 'allowed from'], ...rows], 99)}\n`);
+      return 0;
+    }
+    case 'revoke': {
+      const prefix = values.prefix;
+      if (!prefix) throw new UsageError('keys revoke needs --prefix P');
+      const record = await withStore(dataDirOf(values), (store) => store.revokeKey(email, prefix));
+      process.stdout.write(`revoked key ${record.prefix} "${record.name}"\n`);
+      return 0;
+    }
+    case 'allow': {
+      const prefix = values.prefix;
+      if (!prefix || values.from === undefined) throw new UsageError('keys allow needs --prefix P --from CIDR,...');
+      const record = await withStore(dataDirOf(values), (store) => store.setAllowed(email, prefix, listOption(values.from)));
+      process.stdout.write(`key ${record.prefix} allowed from ${record.allowed.join(', ') || 'anywhere'}\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown keys command "${action ?? ''}"`);
+  }
+}
+
+export const customerCommands: Command[] = [
+  {
+    name: 'accounts',
+    usage: `accounts create --email E --plan P        (the password is read from stdin)
+  accounts set-plan --email E --plan P
+  accounts suspend --email E
+  accounts reactivate --email E`,
+    run: accounts,
+  },
+  {
+    name: 'keys',
+    usage: `keys create --account E --name N [--count K] [--allow CIDR,...]
+         Prints each new key once, alone on its line, last on stdout.
+  keys list --account E
+  keys revoke --account E --prefix P
+  keys allow --account E --prefix P --from CIDR,...   (empty: from anywhere)`,
+    run: keys,
+  },
+];

@@ -1,0 +1,162 @@
+/**
+ * The server commands: serve, start (serve, building a first snapshot from
+ * the default sources when the data folder has none) and openapi.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { IprError } from '../errors.js';
+import { buildSnapshot } from '../pipeline/build.js';
+import { publishedName } from '../pipeline/publish.js';
+import { loadPlans } from '../plans.js';
+import { openapiDocument } from '../server/openapi.js';
+import { serve, type RunningServer } from '../server/serve.js';
+import { parseDuration } from '../server/updater.js';
+import { dataDirOf, integerOption, keepOption, options, UsageError, type Command } from './args.js';
+import { endProgress, printSummary, progressPrinter, warningPrinter } from './output.js';
+
+const DEFAULT_SOURCES = new URL('../../sources/default.sources.json', import.meta.url);
+
+/** Serves until SIGTERM or SIGINT, then shuts down gracefully. */
+async function runServer(server: RunningServer, dataDir: string): Promise<void> {
+  const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
+  // The admin and dashboard lines first: "serving" is the last line of start-up, which tests and scripts wait for.
+  if (server.admin) process.stdout.write(`ipr: admin port http://${server.admin.host}:${server.admin.port} (/metrics, /provenance)\n`);
+  process.stdout.write(`ipr: dashboard http://${host}:${server.port}/dashboard\n`);
+  process.stdout.write(`ipr: serving http://${host}:${server.port}/v1 (${server.workers} workers, data ${dataDir})\n`);
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      process.stdout.write(`ipr: ${signal}: finishing requests in flight\n`);
+      void server.close().then(resolve);
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  process.stdout.write('ipr: stopped\n');
+}
+
+const serveOptions = {
+  port: { type: 'string' },
+  host: { type: 'string' },
+  workers: { type: 'string' },
+  'max-keys': { type: 'string' },
+  clock: { type: 'string' },
+  signup: { type: 'boolean' },
+  'trust-proxy': { type: 'boolean' },
+  'update-interval': { type: 'string' },
+  sources: { type: 'string' },
+  keep: { type: 'string' },
+  'admin-port': { type: 'string' },
+  'admin-host': { type: 'string' },
+  'admin-token-file': { type: 'string' },
+  'access-log': { type: 'string' },
+} as const;
+
+/** The admin port's token: the file --admin-token-file names, else IPR_ADMIN_TOKEN, else none. */
+function adminToken(file: string | undefined): string | null {
+  if (file === undefined) return process.env.IPR_ADMIN_TOKEN || null;
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch (error) {
+    throw new IprError('invalid_argument', `--admin-token-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+}
+
+/** A first snapshot from the default sources, from whatever answers now (updates retry the rest). */
+async function buildFirstSnapshot(dataDir: string): Promise<void> {
+  process.stdout.write(`ipr: no snapshot in ${dataDir}: building one from the default sources (upstream feeds, npm ASN and DB-IP data)\n`);
+  const summary = await buildSnapshot({
+    sources: fileURLToPath(DEFAULT_SOURCES),
+    dataDir,
+    skipUnreachable: true,
+    // Someone is waiting for a first start: build from what answers now; updates retry.
+    fetch: { retries: 0 },
+    onProgress: progressPrinter(),
+    onWarning: warningPrinter(),
+  });
+  endProgress();
+  printSummary(summary);
+  const skipped = summary.sources.filter((s) => s.skipped);
+  if (skipped.length) process.stdout.write(`ipr: could not reach ${skipped.length} sources: ${skipped.map((s) => s.name).join(', ')}\n`);
+}
+
+function printFirstSteps(dataDir: string, port: number): void {
+  process.stdout.write(
+    [
+      'ipr: to make a first account and API key:',
+      `  echo 'a password of 10+ characters' | npx ipr accounts create --data ${dataDir} --email you@example.com --plan pro`,
+      `  npx ipr keys create --data ${dataDir} --account you@example.com --name production`,
+      `  (or sign in at http://localhost:${port}/dashboard and choose Create New Key)`,
+      `  curl -s -H "Authorization: Bearer <the key>" -H 'Content-Type: application/json' -d '{"ip":"8.8.8.8"}' http://localhost:${port}/v1/check`,
+      '',
+    ].join('\n'),
+  );
+}
+
+async function serveCommand(args: string[], buildIfMissing: boolean): Promise<number> {
+  const { values } = options(args, serveOptions);
+  const dataDir = dataDirOf(values);
+  if ((values['update-interval'] === undefined) !== (values.sources === undefined)) {
+    throw new UsageError('--update-interval and --sources go together');
+  }
+  if (values.keep !== undefined && values['update-interval'] === undefined) throw new UsageError('--keep goes with --update-interval');
+  const intervalMs = values['update-interval'] === undefined ? undefined : parseDuration(values['update-interval']);
+  if (intervalMs === null) throw new UsageError('--update-interval takes a duration of at least 1 s: 90s, 15m, 1h, 1d');
+  if (values['admin-port'] === undefined && (values['admin-host'] || values['admin-token-file'])) {
+    throw new UsageError('--admin-host and --admin-token-file need --admin-port');
+  }
+  if (buildIfMissing && publishedName(dataDir) === null) await buildFirstSnapshot(dataDir);
+  const server = await serve({
+    dataDir,
+    port: integerOption(values.port, '--port', 8080)!,
+    ...(values.host ? { host: values.host } : {}),
+    ...(values.workers ? { workers: integerOption(values.workers, '--workers', undefined, 1)! } : {}),
+    ...(values['max-keys'] ? { maxKeys: integerOption(values['max-keys'], '--max-keys', undefined, 1)! } : {}),
+    ...(values.clock ? { clockFile: values.clock } : {}),
+    signup: values.signup === true,
+    trustProxy: values['trust-proxy'] === true,
+    ...(intervalMs === undefined ? {} : { update: { sources: values.sources!, intervalMs, ...keepOption(values.keep) } }),
+    ...(values['admin-port'] === undefined
+      ? {}
+      : {
+          admin: {
+            port: integerOption(values['admin-port'], '--admin-port', undefined)!,
+            ...(values['admin-host'] ? { host: values['admin-host'] } : {}),
+            token: adminToken(values['admin-token-file']),
+          },
+        }),
+    ...(values['access-log'] ? { accessLog: values['access-log'] } : {}),
+  });
+  if (buildIfMissing) printFirstSteps(dataDir, server.port);
+  await runServer(server, dataDir);
+  return 0;
+}
+
+export const serveCommands: Command[] = [
+  {
+    name: 'serve',
+    usage: `serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N] [--signup] [--trust-proxy]
+         [--update-interval 1h --sources FILE [--keep N]]
+         [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
+         Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
+         one worker thread per core). --signup lets anyone make an account in the dashboard;
+         --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
+         Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
+         admin port.`,
+    run: (args) => serveCommand(args, false),
+  },
+  {
+    name: 'start',
+    usage: `start  [--data DIR] [--port N] (and the options of serve)
+         Build a snapshot from sources/default.sources.json if DIR has none, then serve (npm start).`,
+    run: (args) => serveCommand(args, true),
+  },
+  {
+    name: 'openapi',
+    usage: `openapi
+         Print the OpenAPI 3.1 document of the API (npm run openapi writes openapi.json).`,
+    run: async () => {
+      process.stdout.write(`${JSON.stringify(openapiDocument(loadPlans()), null, 2)}\n`);
+      return 0;
+    },
+  },
+];
