@@ -5,7 +5,7 @@
  * Two classes:
  * - requests whose framing uWebSockets.js 20.30 parses (the "wire" rules
  *   below, found by trying them one by one): their answer is computed here
- *   from decisions.md, the order of checks in src/server/http.ts and a
+ *   from decisions.md, the order of checks in src/server/api.ts and a
  *   reference snapshot, exactly (status, error body, the headers that matter);
  * - requests whose framing it does not parse (broken request lines, header
  *   lines, chunking, lengths): uWS answers nothing and closes the connection
@@ -180,7 +180,7 @@ function wire(p: Parsed, random: Random): Buffer {
 
 /**
  * The answers decisions.md requires for a parseable request, in the order
- * src/server/http.ts checks: path and method, authentication (401/403 with
+ * src/server/api.ts checks: path and method, authentication (401/403 with
  * the per-address window, or 429 once the address used it up), the declared
  * and actual body size (413, the body passed over), the content type (415),
  * UTF-8 and JSON (400), then the fields.

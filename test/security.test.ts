@@ -71,7 +71,7 @@ t.test('comparisons of secrets: by digest lookup or crypto.timingSafeEqual, neve
   // key. Passwords go through scrypt and timingSafeEqual, with a dummy hash
   // for unknown accounts; CSRF tokens through timingSafeEqual after a length
   // check (their length is public). Any === on a secret would undo that.
-  const sources = ['src/store/accounts.ts', 'src/server/http.ts', 'src/dashboard/sessions.ts', 'src/dashboard/routes.ts', 'src/dashboard/views.ts'];
+  const sources = ['src/store/accounts.ts', 'src/server/api.ts', 'src/http/exchange.ts', 'src/dashboard/sessions.ts', 'src/dashboard/routes.ts', 'src/dashboard/views.ts'];
   for (const file of sources) {
     const text = readFileSync(path.join(root, file), 'utf8');
     const compares = text

@@ -9,7 +9,6 @@
 import { IprError } from '../errors.js';
 import { dayOf, type Account, type AccountStore, type KeyRecord } from '../store/accounts.js';
 import type { Clock } from '../clock.js';
-import type { Limits } from '../server/limits.js';
 import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
 
@@ -19,9 +18,17 @@ export const USAGE_DAYS = 30;
 export const MAX_ACTIVE_KEYS = 100;
 export const MAX_KEYS_CREATED_PER_DAY = 100;
 
+/** What the server counted for a key so far (its live limit counters). */
+export interface LiveCounters {
+  /** Keys with an id from here on have no counters. */
+  maxKeys: number;
+  /** The current day and its count, last use in Unix ms (0: never); days as Unix days. */
+  readKey(id: number): { day: number; requests: number; lastUsedMs: number };
+}
+
 export interface ViewContext {
   store: AccountStore;
-  limits: Limits;
+  limits: LiveCounters;
   plans: Map<string, Plan>;
   clock: Clock;
   snapshot: Snapshot;

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { API_ERROR_CODES, ERROR_CODES, type ApiErrorCode } from '../errors.js';
-import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './http.js';
+import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './api.js';
 import type { Plan } from '../plans.js';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;

@@ -9,7 +9,7 @@ import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from '../store/accounts.js';
 import { SharedClock, systemClock } from '../clock.js';
-import { createApi } from './http.js';
+import { mountApi } from './api.js';
 import { Limits, type SharedLimitState } from './limits.js';
 import { createAccessLog, createLogger } from '../log.js';
 import { WorkerMetrics } from './metrics.js';
@@ -64,7 +64,8 @@ try {
     draining: () => draining,
     inflight,
   };
-  const app = createApi(uws.App(), {
+  const app = uws.App();
+  mountApi(app, {
     ...shared,
     openapi: data.openapi,
     unkeyedPerSecond: data.unkeyedPerSecond,
