@@ -34,6 +34,7 @@ export const ERROR_CODES = {
   write_failed: { status: 500, message: 'The snapshot could not be written' },
   data_busy: { status: 409, message: 'Another build, update or rollback is running in the data folder' },
   no_earlier_snapshot: { status: 404, message: 'There is no earlier snapshot to roll back to' },
+  store_unavailable: { status: 500, message: 'The account store could not be opened' },
   account_exists: { status: 409, message: 'An account with this email exists' },
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },

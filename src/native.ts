@@ -82,6 +82,10 @@ interface NativeAddon {
   canonicalAddress(text: unknown): string | null;
   parseAddress(text: string, out: Uint8Array): 0 | 4 | 6;
   setErrorClass(cls: typeof IprError): void;
+  /** The shared change counter of `path` (created when absent): its first uint32, valid for the life of the process. */
+  mapChangeCounter(path: string): ArrayBuffer;
+  /** Adds one to a counter mapChangeCounter returned, atomically across processes; returns the new value. */
+  bumpChangeCounter(counter: ArrayBuffer): number;
   formatVersion: number;
   layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number };
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "address.h"
+#include "change_counter.h"
 #include "snapshot_writer.h"
 #include "store.h"
 
@@ -561,6 +562,29 @@ Napi::Value ParseAddressInto(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(addr.family));
 }
 
+// mapChangeCounter(path) -> an ArrayBuffer over the shared counter of `path`
+// (change_counter.h): its first uint32 is the counter, read with one load.
+// Valid for the life of the process.
+Napi::Value MapChangeCounterInto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "mapChangeCounter(path: string)");
+  std::string error;
+  uint32_t* counter = MapChangeCounter(info[0].As<Napi::String>().Utf8Value(), &error);
+  if (counter == nullptr) throw MakeError(env, "store_unavailable", error);
+  return Napi::ArrayBuffer::New(env, counter, kChangeCounterBytes, [](Napi::Env, void*) {});
+}
+
+// bumpChangeCounter(buffer) -> the counter after adding one, atomically
+// across processes. `buffer` is what mapChangeCounter returned.
+Napi::Value BumpChangeCounterIn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsArrayBuffer() || info[0].As<Napi::ArrayBuffer>().ByteLength() != kChangeCounterBytes) {
+    throw Napi::TypeError::New(env, "bumpChangeCounter(buffer from mapChangeCounter)");
+  }
+  auto* counter = static_cast<uint32_t*>(info[0].As<Napi::ArrayBuffer>().Data());
+  return Napi::Number::New(env, BumpChangeCounter(counter));
+}
+
 Napi::Value SetErrorClass(const Napi::CallbackInfo& info) {
   AddonState* state = info.Env().GetInstanceData<AddonState>();
   state->error_class = Napi::Persistent(info[0].As<Napi::Function>());
@@ -576,6 +600,8 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("canonicalAddress", Napi::Function::New(env, CanonicalAddress));
   exports.Set("parseAddress", Napi::Function::New(env, ParseAddressInto));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
+  exports.Set("mapChangeCounter", Napi::Function::New(env, MapChangeCounterInto));
+  exports.Set("bumpChangeCounter", Napi::Function::New(env, BumpChangeCounterIn));
   exports.Set("formatVersion", kFormatVersion);
   Napi::Object layout = Napi::Object::New(env);
   layout.Set("headerBytes", static_cast<double>(kHeaderBytes));

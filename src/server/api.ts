@@ -151,7 +151,7 @@ class Api {
   }
 
   #grantFor(header: string): KeyGrant | null {
-    const version = this.ctx.store.version();
+    const version = this.ctx.store.changeCount();
     if (version !== this.#grantsVersion) {
       this.#grants.clear();
       this.#grantsVersion = version;

@@ -10,8 +10,10 @@
  *
  * Every change that can alter an authorisation decision (a key created or
  * revoked, an account suspended or moved to another plan, allowed addresses)
- * bumps `version` in the same transaction; servers compare it on each request
- * and drop what they cached, so such a change takes effect at once.
+ * bumps a counter shared by every process that opens the store (a mapped
+ * file beside it, native/src/change_counter.h) once its transaction has
+ * committed; servers compare it on each request (one load, no read of the
+ * store) and drop what they cached, so such a change takes effect at once.
  *
  * The dashboard's sessions and sign-in attempt counters live here too, so
  * that every worker thread and process sees the same ones. Their writes are
@@ -24,6 +26,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
+import { native } from '../native.js';
 import { canonicalAddress } from '../snapshot.js';
 
 const scrypt = promisify(scryptCallback) as (password: string, salt: Buffer, length: number, options: object) => Promise<Buffer>;
@@ -132,6 +135,8 @@ export class AccountStore {
   readonly #meta: Database<number, string>;
   readonly #sessions: Database<Session, string>;
   readonly #attempts: Database<AttemptCount, string>;
+  readonly #changes: ArrayBuffer;
+  readonly #changeCount: Uint32Array;
 
   constructor(dataDir: string) {
     const dir = path.join(dataDir, 'accounts');
@@ -146,11 +151,16 @@ export class AccountStore {
     this.#meta = this.#root.openDB({ name: 'meta' });
     this.#sessions = this.#root.openDB({ name: 'sessions' });
     this.#attempts = this.#root.openDB({ name: 'signInAttempts' });
+    this.#changes = native.mapChangeCounter(path.join(dir, 'changes'));
+    this.#changeCount = new Uint32Array(this.#changes, 0, 1);
   }
 
-  /** Bumped by every change that can alter an authorisation decision. */
-  version(): number {
-    return this.#meta.get('version') ?? 0;
+  /**
+   * Moves whenever a change that can alter an authorisation decision has
+   * committed, in any process: read it before reading what it guards.
+   */
+  changeCount(): number {
+    return Atomics.load(this.#changeCount, 0);
   }
 
   /** Keys issued so far have ids below this. */
@@ -158,8 +168,11 @@ export class AccountStore {
     return this.#meta.get('nextKeyId') ?? 0;
   }
 
-  #bump(): void {
-    this.#meta.putSync('version', this.version() + 1);
+  /** Runs `change` in a write transaction, then tells every process it committed. */
+  #commitChange<T>(change: () => T): T {
+    const result = this.#root.transactionSync(change);
+    native.bumpChangeCounter(this.#changes);
+    return result;
   }
 
   account(email: string): Account | undefined {
@@ -178,7 +191,6 @@ export class AccountStore {
     const created = this.#root.transactionSync(() => {
       if (this.#accounts.get(normal)) return false;
       this.#accounts.putSync(normal, account);
-      this.#bump();
       return true;
     });
     if (!created) throw new IprError('account_exists', `an account ${normal} exists`);
@@ -199,10 +211,9 @@ export class AccountStore {
   }
 
   #updateAccount(email: string, change: (a: Account) => Account): Account {
-    return this.#root.transactionSync(() => {
+    return this.#commitChange(() => {
       const updated = change(this.#requireAccount(email));
       this.#accounts.putSync(updated.email, updated);
-      this.#bump();
       return updated;
     });
   }
@@ -220,7 +231,7 @@ export class AccountStore {
     const trimmed = name.trim();
     if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
     const allowedList = normaliseAllowed(allowed);
-    return this.#root.transactionSync(() => {
+    return this.#commitChange(() => {
       const account = this.#requireAccount(email);
       let key: string;
       do key = KEY_TAG + randomBytes(32).toString('base64url');
@@ -242,7 +253,6 @@ export class AccountStore {
       this.#prefixes.putSync(record.prefix, id);
       this.#accountKeys.putSync(account.email, id);
       this.#meta.putSync('nextKeyId', id + 1);
-      this.#bump();
       return { key, record };
     });
   }
@@ -266,7 +276,7 @@ export class AccountStore {
   }
 
   #updateKey(email: string, prefix: string, change: (k: KeyRecord) => KeyRecord): KeyRecord {
-    return this.#root.transactionSync(() => {
+    return this.#commitChange(() => {
       const account = this.#requireAccount(email);
       const id = this.#prefixes.get(prefix);
       const record = id === undefined ? undefined : this.keyById(id);
@@ -274,7 +284,6 @@ export class AccountStore {
       if (!record || record.account !== account.email) throw new IprError('key_missing', `no key ${prefix} in account ${account.email}`);
       const updated = change(record);
       this.#keys.putSync(updated.hash, updated);
-      this.#bump();
       return updated;
     });
   }
