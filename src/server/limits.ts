@@ -4,21 +4,31 @@
  * (a handful of instructions), so no more requests are ever admitted than a
  * limit allows, whichever thread answers them.
  *
- * Windows (decisions.md): the UTC calendar day, and the wall-clock second
+ * Windows (docs/API.md): the UTC calendar day, and the wall-clock second
  * (a fixed window: its Reset is the next whole second).
  *
  * Key slots are indexed by key id. Their counts are persisted by the main
- * thread (usage.ts) and loaded back on start. Requests without a valid key
- * are limited per client address in a second, hashed table.
+ * thread (usage.ts) and loaded back on start. So that persisting costs what
+ * changed and not the size of the table, a slot admitted since it was last
+ * persisted is marked dirty (a bit of its lock word) and its id queued once
+ * in a shared ring; the main thread drains the ring. Requests without a
+ * valid key are limited per client address in a second, hashed table.
  */
 import type { Plan } from '../plans.js';
 
 /** Seconds are stored relative to this (2020-01-01) so they fit an Int32 until 2088. */
 const EPOCH_S = 1_577_836_800;
 
-// Words of a key slot.
+// Words of a key slot. The lock word holds the lock (bit 0), "counted since
+// last persisted" (DIRTY) and "the day before ended since last persisted"
+// (ROLLED), so that one atomic operation takes the lock and reads them.
 const K_LOCK = 0, K_DAY = 1, K_DAY_COUNT = 2, K_SECOND = 3, K_SECOND_COUNT = 4, K_PREV_DAY = 5, K_PREV_COUNT = 6, K_LAST_USED = 7;
 const KEY_WORDS = 8;
+const LOCKED = 1, DIRTY = 2, ROLLED = 4;
+// Words of the dirty ring: how many places workers have reserved, how many
+// the main thread has read (both counting on past 2^32, so the ring's size
+// is a power of two); then the ring (id + 1; 0: reserved, not written yet).
+const R_WRITE = 0, R_READ = 1, R_FIRST = 2;
 // Words of an address slot.
 const A_LOCK = 0, A_SECOND = 1, A_COUNT = 2, A_ADDRESS = 3; // 4 words of address
 const ADDRESS_WORDS = 8;
@@ -26,6 +36,8 @@ const ADDRESS_PROBES = 8;
 
 export interface SharedLimitState {
   keys: SharedArrayBuffer;
+  /** Ids of dirty key slots, each at most once: a power of two of places, at least one per slot. */
+  dirty: SharedArrayBuffer;
   addresses: SharedArrayBuffer;
 }
 
@@ -45,22 +57,29 @@ export interface Verdict {
 export function createLimitState(maxKeys: number, addressSlots = 1 << 16): SharedLimitState {
   return {
     keys: new SharedArrayBuffer(maxKeys * KEY_WORDS * 4),
+    // A power of two, so that the write position wrapping at 2^32 wraps the ring too.
+    dirty: new SharedArrayBuffer((R_FIRST + 2 ** Math.ceil(Math.log2(maxKeys))) * 4),
     addresses: new SharedArrayBuffer(addressSlots * ADDRESS_WORDS * 4),
   };
 }
 
-function lock(words: Int32Array, at: number): void {
-  while (Atomics.compareExchange(words, at, 0, 1) !== 0) {
+/** Takes a slot's lock; returns the other bits of its lock word. */
+function lock(words: Int32Array, at: number): number {
+  for (;;) {
+    const bits = Atomics.load(words, at) & ~LOCKED;
+    if (Atomics.compareExchange(words, at, bits, bits | LOCKED) === bits) return bits;
     // Held for a few instructions by another thread: spin.
   }
 }
 
-function unlock(words: Int32Array, at: number): void {
-  Atomics.store(words, at, 0);
+/** Releases a slot's lock, leaving `bits` in its lock word. */
+function unlock(words: Int32Array, at: number, bits = 0): void {
+  Atomics.store(words, at, bits);
 }
 
 export class Limits {
   readonly #keys: Int32Array;
+  readonly #dirty: Uint32Array;
   readonly #addresses: Int32Array;
   readonly #addressSlots: number;
   readonly maxKeys: number;
@@ -69,6 +88,7 @@ export class Limits {
 
   constructor(state: SharedLimitState) {
     this.#keys = new Int32Array(state.keys);
+    this.#dirty = new Uint32Array(state.dirty);
     this.#addresses = new Int32Array(state.addresses);
     this.#addressSlots = this.#addresses.length / ADDRESS_WORDS;
     this.maxKeys = this.#keys.length / KEY_WORDS;
@@ -84,11 +104,13 @@ export class Limits {
     const day = Math.floor(nowMs / 86_400_000);
     const second = Math.floor(nowMs / 1000) - EPOCH_S;
     const v = this.verdict;
-    lock(k, at + K_LOCK);
+    let bits = lock(k, at + K_LOCK);
+    const wasDirty = (bits & DIRTY) !== 0;
     if (k[at + K_DAY] !== day) {
       if (k[at + K_DAY] !== 0) {
         k[at + K_PREV_DAY] = k[at + K_DAY]!;
         k[at + K_PREV_COUNT] = k[at + K_DAY_COUNT]!;
+        bits |= ROLLED | DIRTY;
       }
       k[at + K_DAY] = day;
       k[at + K_DAY_COUNT] = 0;
@@ -112,10 +134,12 @@ export class Limits {
       k[at + K_LAST_USED] = second;
       v.admitted = true;
       v.refusedBy = null;
+      bits |= DIRTY;
     }
     const counted = k[at + K_DAY_COUNT]!;
     const inSecond = k[at + K_SECOND_COUNT]!;
-    unlock(k, at + K_LOCK);
+    unlock(k, at + K_LOCK, bits);
+    if (!wasDirty && (bits & DIRTY) !== 0) this.#queueDirty(id);
 
     const nowS = Math.floor(nowMs / 1000);
     const midnight = (day + 1) * 86_400;
@@ -179,14 +203,21 @@ export class Limits {
     return v;
   }
 
+  /** Queues a slot that just became dirty: once, until the main thread takes it (takeDirty). */
+  #queueDirty(id: number): void {
+    const r = this.#dirty;
+    const place = Atomics.add(r, R_WRITE, 1) & (r.length - R_FIRST - 1);
+    Atomics.store(r, R_FIRST + place, id + 1);
+  }
+
   /** Sets a key's count for a day (at start, from the persisted usage). */
   loadKeyUsage(id: number, dayMs: number, requests: number): void {
     const k = this.#keys;
     const at = id * KEY_WORDS;
-    lock(k, at + K_LOCK);
+    const bits = lock(k, at + K_LOCK);
     k[at + K_DAY] = Math.floor(dayMs / 86_400_000);
     k[at + K_DAY_COUNT] = requests;
-    unlock(k, at + K_LOCK);
+    unlock(k, at + K_LOCK, bits);
   }
 
   /**
@@ -194,18 +225,65 @@ export class Limits {
    * the day before it and its final count (0 when none), last use in Unix ms
    * (0 when never).
    */
-  readKey(id: number): { day: number; requests: number; prevDay: number; prevRequests: number; lastUsedMs: number } {
+  readKey(id: number): KeyCounts {
     const k = this.#keys;
     const at = id * KEY_WORDS;
-    lock(k, at + K_LOCK);
-    const out = {
+    const bits = lock(k, at + K_LOCK);
+    const out = this.#counts(at, bits);
+    unlock(k, at + K_LOCK, bits);
+    return out;
+  }
+
+  #counts(at: number, bits: number): KeyCounts {
+    const k = this.#keys;
+    return {
       day: k[at + K_DAY]!,
       requests: k[at + K_DAY_COUNT]!,
       prevDay: k[at + K_PREV_DAY]!,
       prevRequests: k[at + K_PREV_COUNT]!,
       lastUsedMs: k[at + K_LAST_USED] === 0 ? 0 : (k[at + K_LAST_USED]! + EPOCH_S) * 1000,
+      rolled: (bits & ROLLED) !== 0,
     };
-    unlock(k, at + K_LOCK);
-    return out;
   }
+
+  /**
+   * The counters of every key admitted since its last take, each once, and
+   * marks them clean (main thread only: one reader of the ring). A slot
+   * counted again while this runs is queued again.
+   */
+  takeDirty(): (KeyCounts & { id: number })[] {
+    const r = this.#dirty;
+    const mask = r.length - R_FIRST - 1;
+    const taken: (KeyCounts & { id: number })[] = [];
+    // Up to where workers had reserved places when the take began: a key
+    // counted again meanwhile waits for the next take.
+    const end = Atomics.load(r, R_WRITE);
+    for (let read = r[R_READ]!; read !== end; read = (read + 1) >>> 0) {
+      const place = R_FIRST + (read & mask);
+      const entry = Atomics.load(r, place);
+      if (entry === 0) break; // a worker reserved this place and has not written it yet: next time
+      Atomics.store(r, place, 0);
+      r[R_READ] = (read + 1) >>> 0;
+      const id = entry - 1;
+      const k = this.#keys;
+      const at = id * KEY_WORDS;
+      const bits = lock(k, at + K_LOCK);
+      taken.push({ id, ...this.#counts(at, bits) });
+      unlock(k, at + K_LOCK, 0);
+    }
+    return taken;
+  }
+}
+
+export interface KeyCounts {
+  /** Unix day (days since 1970-01-01) of the current count; 0: never counted. */
+  day: number;
+  requests: number;
+  /** The day before the current one, and its final count (0 when none). */
+  prevDay: number;
+  prevRequests: number;
+  /** Unix ms of the last admitted request; 0: never. */
+  lastUsedMs: number;
+  /** The day before ended since the counts were last taken: its final count is to be written. */
+  rolled: boolean;
 }

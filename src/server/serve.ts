@@ -255,9 +255,9 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   };
   workers.forEach(watchWorker);
 
-  const flush = () => {
+  const flush = (final = false) => {
     try {
-      usage.flush();
+      usage.flush(final);
     } catch (error) {
       log.error({ err: error }, 'usage flush failed');
     }
@@ -273,7 +273,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       const ended = await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
       if (ended.includes(false)) log.error('a worker still had connections after the drain timeout');
       clearInterval(flushTimer);
-      flush();
+      flush(true);
       if (sharedClock) unwatchFile(options.clockFile!);
       snapshot.close();
       await store.close();

@@ -1,9 +1,14 @@
 /**
- * Persists what the workers counted: every second the main thread copies each
- * key's daily count (and the final count of the day before, after a
- * rollover) and its last use from the shared limit table into the account
- * store. A kill -9 loses at most the last second. On start the day's counts
- * are loaded back, so limits hold across restarts.
+ * Persists what the workers counted: every second the main thread takes the
+ * keys admitted since the last flush (the limit table's dirty ring: the cost
+ * follows the keys that changed, not the size of the table) and writes each
+ * one's daily count (and the final count of the day before, after a
+ * rollover) to the account store. A kill -9 loses at most the last second.
+ * On start the day's counts are loaded back, so limits hold across restarts.
+ *
+ * Last use is written when it moved by a minute or more, and at shutdown: the
+ * dashboard reads the live counters while the server runs, and a kill -9
+ * loses at most that minute of it.
  */
 import type { AccountStore } from '../store/accounts.js';
 import { dayOf } from '../store/accounts.js';
@@ -11,59 +16,51 @@ import type { Clock } from '../clock.js';
 import type { Limits } from './limits.js';
 
 const DAY_MS = 86_400_000;
+const LAST_USED_STEP_MS = 60_000;
 
 export class UsageRecorder {
-  /** id -> what was last written: "day:count", and the last use written. */
-  readonly #written = new Map<number, { count: string; prev: string; lastUsedMs: number }>();
+  readonly #store: AccountStore;
+  readonly #limits: Limits;
+  readonly #clock: Clock;
+  /** The last use written per key id, in Unix seconds (0: none). */
+  readonly #lastUsedWritten: Uint32Array;
+  /** Keys whose last use moved by less than the step since it was written: Unix ms by id. */
+  readonly #lastUsedPending = new Map<number, number>();
 
-  constructor(
-    private readonly store: AccountStore,
-    private readonly limits: Limits,
-    private readonly clock: Clock,
-  ) {}
-
-  #keyCount(): number {
-    return Math.min(this.store.nextKeyId(), this.limits.maxKeys);
+  constructor(store: AccountStore, limits: Limits, clock: Clock) {
+    this.#store = store;
+    this.#limits = limits;
+    this.#clock = clock;
+    this.#lastUsedWritten = new Uint32Array(limits.maxKeys);
   }
 
   /** Loads today's persisted counts into the limit table. */
   load(): void {
-    const now = this.clock.now();
+    const now = this.#clock.now();
     const today = dayOf(now);
-    for (let id = 0; id < this.#keyCount(); id++) {
-      const requests = this.store.usage(id, today);
-      if (requests > 0) {
-        this.limits.loadKeyUsage(id, now, requests);
-        this.#written.set(id, { count: `${Math.floor(now / DAY_MS)}:${requests}`, prev: '', lastUsedMs: 0 });
-      }
+    const keys = Math.min(this.#store.nextKeyId(), this.#limits.maxKeys);
+    for (let id = 0; id < keys; id++) {
+      const requests = this.#store.usage(id, today);
+      if (requests > 0) this.#limits.loadKeyUsage(id, now, requests);
     }
   }
 
-  /** Writes every count and last use that changed since the previous flush. */
-  flush(): void {
+  /** Writes the counts of every key counted since the previous flush; `final` (at shutdown) every last use too. */
+  flush(final = false): void {
     const counts: { id: number; day: string; requests: number }[] = [];
     const lastUsed: { id: number; at: string }[] = [];
-    for (let id = 0; id < this.#keyCount(); id++) {
-      const k = this.limits.readKey(id);
-      if (k.day === 0) continue;
-      const done = this.#written.get(id) ?? { count: '', prev: '', lastUsedMs: 0 };
-      const count = `${k.day}:${k.requests}`;
-      const prev = `${k.prevDay}:${k.prevRequests}`;
-      let changed = false;
-      if (count !== done.count) {
-        counts.push({ id, day: dayOf(k.day * DAY_MS), requests: k.requests });
-        changed = true;
-      }
-      if (k.prevDay !== 0 && prev !== done.prev) {
-        counts.push({ id, day: dayOf(k.prevDay * DAY_MS), requests: k.prevRequests });
-        changed = true;
-      }
-      if (k.lastUsedMs > done.lastUsedMs) {
-        lastUsed.push({ id, at: new Date(k.lastUsedMs).toISOString() });
-        changed = true;
-      }
-      if (changed) this.#written.set(id, { count, prev, lastUsedMs: Math.max(k.lastUsedMs, done.lastUsedMs) });
+    const writeLastUsed = (id: number, ms: number) => {
+      lastUsed.push({ id, at: new Date(ms).toISOString() });
+      this.#lastUsedWritten[id] = ms / 1000;
+      this.#lastUsedPending.delete(id);
+    };
+    for (const k of this.#limits.takeDirty()) {
+      counts.push({ id: k.id, day: dayOf(k.day * DAY_MS), requests: k.requests });
+      if (k.rolled) counts.push({ id: k.id, day: dayOf(k.prevDay * DAY_MS), requests: k.prevRequests });
+      if (k.lastUsedMs - this.#lastUsedWritten[k.id]! * 1000 >= LAST_USED_STEP_MS) writeLastUsed(k.id, k.lastUsedMs);
+      else if (k.lastUsedMs !== 0) this.#lastUsedPending.set(k.id, k.lastUsedMs);
     }
-    this.store.recordUsage(counts, lastUsed);
+    if (final) for (const [id, ms] of this.#lastUsedPending) writeLastUsed(id, ms);
+    this.#store.recordUsage(counts, lastUsed);
   }
 }
