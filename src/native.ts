@@ -37,6 +37,19 @@ export interface NativeSnapshotHandle {
    * JSON buffer; returns its length, 0 when `text` is not an address.
    */
   lookupJson(text: unknown): number;
+  /**
+   * For a body of the usual form {"ip":"<address>"} (native/src/request_body.h),
+   * writes the check result as JSON at the start of the JSON buffer and
+   * returns its length; 0 for any other body.
+   */
+  lookupBody(body: Uint8Array): number;
+  /**
+   * Writes {"results":[...]} for every entry of `texts` at the start of the
+   * JSON buffer and returns its length (0: it does not fit). An entry that
+   * is not an address leaves its place empty: the out buffer's word 1 says
+   * how many; (index, byte offset) pairs follow the header.
+   */
+  lookupBatchJson(texts: readonly unknown[]): number;
   /** Looks texts[from, from + count) up into consecutive entries; returns how many it wrote. */
   lookupBatch(texts: readonly unknown[], from: number, count: number): number;
   info(): NativeSnapshotInfo;

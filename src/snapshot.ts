@@ -101,8 +101,8 @@ export interface OpenOptions {
 }
 
 const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = native.layout;
-/** Room for one check result as JSON: its record texts are a few hundred bytes at most. */
-const JSON_BYTES = 64 * 1024;
+/** Room for a batch of check results as JSON: each is a few hundred bytes at most. */
+const JSON_BYTES = 1 << 20;
 
 /**
  * A mapped record table: JSON texts (ASCII, non-ASCII escaped), each read
@@ -228,11 +228,46 @@ export class Snapshot {
   }
 
   /**
+   * The check result of the address in a request body of the usual form
+   * {"ip":"<address>"}, as JSON bytes (valid until the next call on this
+   * snapshot); null for any other body, to be read the general way.
+   */
+  lookupBodyBytes(body: Uint8Array): Uint8Array | null {
+    this.#assertOpen();
+    const length = this.#handle.lookupBody(body);
+    return length === 0 ? null : this.#json.subarray(0, length);
+  }
+
+  /**
    * JSON texts for many addresses, in order: a check result, or the
    * invalid_ip error object of an entry that is not an address.
    */
   lookupManyJson(ips: readonly unknown[]): string[] {
     return ips.map((ip) => this.lookupJson(ip) ?? JSON.stringify(lookupError(ip)));
+  }
+
+  /**
+   * {"results":[...]} for many addresses, in order: a check result, or the
+   * invalid_ip error object of an entry that is not an address. Bytes valid
+   * until the next call on this snapshot when every entry is an address.
+   */
+  lookupBatchJsonBytes(ips: readonly unknown[]): Uint8Array {
+    this.#assertOpen();
+    const length = this.#handle.lookupBatchJson(ips);
+    if (length === 0) return Buffer.from(`{"results":[${this.lookupManyJson(ips).join(',')}]}`);
+    const invalid = this.#words[1]!;
+    if (invalid === 0) return this.#json.subarray(0, length);
+    // Entries that are not addresses: their error objects go in their empty places.
+    const parts: Uint8Array[] = [];
+    let at = 0;
+    for (let slot = 0; slot < invalid; slot++) {
+      const index = this.#words[(headerBytes >> 2) + 2 * slot]!;
+      const offset = this.#words[(headerBytes >> 2) + 2 * slot + 1]!;
+      parts.push(this.#json.subarray(at, offset), Buffer.from(JSON.stringify(lookupError(ips[index]))));
+      at = offset;
+    }
+    parts.push(this.#json.subarray(at, length));
+    return Buffer.concat(parts);
   }
 
   /**

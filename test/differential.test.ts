@@ -123,3 +123,50 @@ t.test('the JSON the addon writes for servers is the object result as ASCII JSON
     t.equal(snapshot.lookupJsonBytes('8.8.8.8')?.length, Buffer.byteLength(snapshot.lookupJson('8.8.8.8')!), 'bytes and text agree');
   }
 });
+
+t.test('a batch answer written in one native call is the answers one by one, invalid entries in their places', async (t) => {
+  const snapshot = openSnapshot(fullDataDir);
+  t.teardown(() => snapshot.close());
+  const addresses = seededAddresses(COUNT, 778);
+  const bad = ['8.8.8', 42, null, ' 8.8.8.8', 'x'.repeat(100), { ip: '8.8.8.8' }, ['1.1.1.1'], '1.1.1.1/32'];
+  let differences = 0;
+  for (let from = 0; from < addresses.length; from += 1000) {
+    // Every seventh batch with entries that are not addresses, at its start, middle and end.
+    const batch: unknown[] = addresses.slice(from, from + 1000);
+    if ((from / 1000) % 7 === 0) batch.splice(0, 1, bad[0], ...bad.slice(1, 4)), batch.splice(500, 0, ...bad.slice(4)), batch.push(bad[2]);
+    const expected = `{"results":[${snapshot.lookupManyJson(batch).join(',')}]}`;
+    if (Buffer.from(snapshot.lookupBatchJsonBytes(batch)).toString('latin1') !== expected) differences++;
+  }
+  t.equal(differences, 0, `batches of 1,000 over ${addresses.length} addresses`);
+});
+
+t.test('a body of the usual form is answered in the native call, exactly as the general path; any other body is left to it', async (t) => {
+  const snapshot = openSnapshot(fullDataDir);
+  t.teardown(() => snapshot.close());
+  const bytes = (text: string) => new TextEncoder().encode(text);
+  let differences = 0;
+  for (const ip of seededAddresses(20_000, 779)) {
+    for (const body of [`{"ip":"${ip}"}`, ` {\n\t"ip" :\r "${ip}" } \n`]) {
+      const answer = snapshot.lookupBodyBytes(bytes(body));
+      if (answer === null || Buffer.from(answer).toString('latin1') !== snapshot.lookupJson((JSON.parse(body) as { ip: string }).ip)) differences++;
+    }
+  }
+  t.equal(differences, 0, 'every seeded address, compact and spaced');
+  // Valid JSON that the recognizer leaves alone: the general path reads it (and may answer it).
+  for (const body of [
+    '{"ip":"\\u0038.8.8.8"}',
+    '{"ip":"8.8.8.8","ip":"1.1.1.1"}',
+    '{"ip":"8.8.8.8","other":1}',
+    '\ufeff{"ip":"8.8.8.8"}',
+    '{"IP":"8.8.8.8"}',
+    '{"ip":["8.8.8.8"]}',
+    '{"ip":8}',
+    '{"ip":"8.8.8.8"} x',
+    '{"ip":"8.8.8.8"',
+    '{"ip":"bad"}',
+    '{"ip":"8.8.8.8\u00e9"}',
+    '',
+  ]) {
+    t.equal(snapshot.lookupBodyBytes(bytes(body)), null, JSON.stringify(body));
+  }
+});

@@ -9,11 +9,14 @@
 //   4 location  5 route prefix length  6 ip text length (0: the input is
 //   canonical)  7 route text length; bytes 32..127: ip text, then route text.
 // The buffer starts with a 32-byte header whose first word is the generation
-// of the snapshot the last call answered from.
+// of the snapshot the last call answered from; the second, after
+// lookupBatchJson, how many of its entries were not addresses.
 //
 // For servers, SnapshotHandle.lookupJson(text) writes the whole check result
 // as JSON bytes into a second buffer instead: the record texts are copied
 // from the map, so the answer reaches the socket without a JS string.
+// lookupBody(bytes) does the same from a request body of the usual form
+// (request_body.h), and lookupBatchJson(texts) writes a whole batch answer.
 #include <napi.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 
 #include "address.h"
 #include "change_counter.h"
+#include "request_body.h"
 #include "snapshot_writer.h"
 #include "store.h"
 
@@ -74,6 +78,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "SnapshotHandle",
                        {InstanceMethod<&SnapshotHandle::LookupBatch>("lookupBatch"),
+                        InstanceMethod<&SnapshotHandle::LookupBatchJson>("lookupBatchJson"),
                         InstanceMethod<&SnapshotHandle::Info>("info"),
                         InstanceMethod<&SnapshotHandle::Records>("records"),
                         InstanceMethod<&SnapshotHandle::Refresh>("refresh"),
@@ -123,6 +128,12 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     Napi::Function json_fn(env, lookup_json);
     json_fn.Set("handle", Value());
     Value().Set("lookupJson", json_fn);
+    napi_value lookup_body;
+    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "lookupBody", NAPI_AUTO_LENGTH,
+                                                         &SnapshotHandle::FastLookupBody, this, &lookup_body));
+    Napi::Function body_fn(env, lookup_body);
+    body_fn.Set("handle", Value());
+    Value().Set("lookupBody", body_fn);
   }
 
  private:
@@ -230,38 +241,49 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     }
   };
 
-  // Writes the check result of a parsed address as JSON: the shape of spec
-  // 2.1, the same text as JSON.stringify of the object result. Returns the
-  // length, or 0 when it does not fit the buffer.
-  size_t WriteJson(const ParsedAddress& addr, const Answer& t, const char* text, size_t len) {
-    JsonOut out{json_out_, json_out_ + json_capacity_};
+  // Appends the check result of a parsed address as JSON: the shape of the
+  // check result (src/snapshot.ts), the same text as JSON.stringify of the
+  // object result.
+  void WriteJson(JsonOut* out, const ParsedAddress& addr, const Answer& t, const char* text, size_t len) const {
     char ip[kMaxAddressText];
     if (addr.family == Family::kV6 || addr.mapped) {
       len = FormatAddress(addr, ip);
       text = ip;
     }
-    out.Put("{\"ip\":\"");
-    out.Put(text, len);
-    out.Put("\"");
-    out.Put(flags_json_[t.flags & ((1u << kFlagTableCount) - 1)]);
-    out.Put(",\"company\":");
-    out.Record(t.company == kNoRecord ? Blob{} : snapshot_->RecordText(kCompanyRecords, t.company));
-    out.Put(",\"location\":");
-    out.Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
-    out.Put(",\"asn\":");
+    out->Put("{\"ip\":\"");
+    out->Put(text, len);
+    out->Put("\"");
+    out->Put(flags_json_[t.flags & ((1u << kFlagTableCount) - 1)]);
+    out->Put(",\"company\":");
+    out->Record(t.company == kNoRecord ? Blob{} : snapshot_->RecordText(kCompanyRecords, t.company));
+    out->Put(",\"location\":");
+    out->Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
+    out->Put(",\"asn\":");
     Blob asn = t.asn == kNoRecord ? Blob{} : snapshot_->RecordText(kAsnRecords, t.asn);
     if (asn.size < 2 || asn.data[0] != '{' || asn.data[asn.size - 1] != '}') {
-      out.Put("null");
+      out->Put("null");
     } else {
       // {"number":N,"name":"..."} gains the route before its closing brace.
       char route[kMaxCidrText];
-      out.Put(asn.data, asn.size - 1);
-      out.Put(",\"route\":\"");
-      out.Put(route, FormatRoute(addr, t.asn_len, route));
-      out.Put("\"}");
+      out->Put(asn.data, asn.size - 1);
+      out->Put(",\"route\":\"");
+      out->Put(route, FormatRoute(addr, t.asn_len, route));
+      out->Put("\"}");
     }
-    out.Put("}");
-    return out.overflow ? 0 : static_cast<size_t>(out.at - json_out_);
+    out->Put("}");
+  }
+
+  // The check result of a parsed address, alone at the start of the JSON
+  // buffer; its length. Throws (a pending JS exception, 0) when it does not
+  // fit: record texts are short, only a hostile snapshot could hold such a record.
+  size_t WriteOneJson(napi_env env, const ParsedAddress& addr, const char* text, size_t len) {
+    JsonOut out{json_out_, json_out_ + json_capacity_};
+    WriteJson(&out, addr, snapshot_->Lookup(addr), text, len);
+    if (out.overflow) {
+      MakeError(env, "snapshot_invalid", snapshot_->path() + ": a check result does not fit the JSON buffer").ThrowAsJavaScriptException();
+      return 0;
+    }
+    return static_cast<size_t>(out.at - json_out_);
   }
 
   // lookupJson(text) -> the length of the check result's JSON at the start of
@@ -279,15 +301,103 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     ParsedAddress addr;
     size_t written = 0;
     if (argc >= 1 && ParseValue(env, arg, &addr, text, &len)) {
-      written = self->WriteJson(addr, self->snapshot_->Lookup(addr), text, len);
-      if (written == 0) {
-        MakeError(env, "snapshot_invalid", self->snapshot_->path() + ": a check result does not fit the JSON buffer")
-            .ThrowAsJavaScriptException();
-        return nullptr;
-      }
+      written = self->WriteOneJson(env, addr, text, len);
+      if (written == 0) return nullptr;
     }
     napi_create_uint32(env, static_cast<uint32_t>(written), &result);
     return result;
+  }
+
+  // lookupBody(bytes: ArrayBuffer | TypedArray) -> the length of the check
+  // result's JSON at the start of the JSON buffer, for a request body of the
+  // usual form (request_body.h) holding an address; 0 for any other body,
+  // which the caller answers on its general path. The bytes are read during
+  // the call only.
+  static napi_value FastLookupBody(napi_env env, napi_callback_info info) {
+    size_t argc;
+    napi_value arg;
+    napi_value result;
+    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
+    if (self == nullptr) return nullptr;
+    void* data = nullptr;
+    size_t size = 0;
+    bool is_typed = false;
+    if (argc >= 1 && napi_is_typedarray(env, arg, &is_typed) == napi_ok && is_typed) {
+      napi_typedarray_type type;
+      size_t length;
+      napi_value buffer;
+      size_t offset;
+      if (napi_get_typedarray_info(env, arg, &type, &length, &data, &buffer, &offset) != napi_ok || type != napi_uint8_array) data = nullptr;
+      size = length;
+    } else if (argc >= 1 && napi_get_arraybuffer_info(env, arg, &data, &size) != napi_ok) {
+      data = nullptr;
+    }
+    const char* ip = nullptr;
+    size_t ip_len = 0;
+    ParsedAddress addr;
+    size_t written = 0;
+    if (data != nullptr && SimpleCheckBody(static_cast<const char*>(data), size, &ip, &ip_len) &&
+        ParseAddress(ip, ip_len, &addr)) {
+      written = self->WriteOneJson(env, addr, ip, ip_len);
+      if (written == 0) return nullptr;
+    }
+    napi_create_uint32(env, static_cast<uint32_t>(written), &result);
+    return result;
+  }
+
+  // lookupBatchJson(texts) -> the length of {"results":[...]} at the start of
+  // the JSON buffer, with one check result per entry of `texts` in order;
+  // 0 when it does not fit. An entry that is not an address leaves its place
+  // empty (nothing between its commas) for the caller to fill with its error
+  // object: the out buffer's header word 1 says how many, and the words from
+  // the first entry on hold, for each, its index in `texts` and the byte
+  // offset of its place in the JSON, ascending. The addresses are walked
+  // kBatchCapacity at a time, interleaved.
+  Napi::Value LookupBatchJson(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    EnsureOpen(env);
+    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "lookupBatchJson(texts: unknown[])");
+    Napi::Array texts = info[0].As<Napi::Array>();
+    uint32_t length = texts.Length();
+    uint32_t* invalid = reinterpret_cast<uint32_t*>(out_ + kHeaderBytes);
+    size_t invalid_capacity = capacity_ * kEntryBytes / 8;
+    if (length > invalid_capacity) throw Napi::RangeError::New(env, "lookupBatchJson: too many entries for the out buffer");
+    Sync();
+    JsonOut out{json_out_, json_out_ + json_capacity_};
+    uint32_t invalid_count = 0;
+    ParsedAddress addrs[kBatchCapacity];
+    Answer answers[kBatchCapacity];
+    bool valid[kBatchCapacity];
+    char texts_copy[kBatchCapacity][kMaxAddressText + 2];
+    size_t lens[kBatchCapacity];
+    out.Put("{\"results\":[");
+    for (uint32_t from = 0; from < length && !out.overflow; from += kBatchCapacity) {
+      uint32_t count = std::min<uint32_t>(kBatchCapacity, length - from);
+      // Parsed addresses are packed for the interleaved walk; valid[] keeps their places.
+      ParsedAddress packed[kBatchCapacity];
+      size_t parsed = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        napi_value element;
+        valid[i] = napi_get_element(env, texts, from + i, &element) == napi_ok &&
+                   ParseValue(env, element, &addrs[i], texts_copy[i], &lens[i]);
+        if (valid[i]) packed[parsed++] = addrs[i];
+      }
+      snapshot_->LookupBatch(packed, parsed, answers);
+      size_t k = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        if (from + i > 0) out.Put(",");
+        if (!valid[i]) {
+          invalid[2 * invalid_count] = from + i;
+          invalid[2 * invalid_count + 1] = static_cast<uint32_t>(out.at - json_out_);
+          ++invalid_count;
+          continue;
+        }
+        WriteJson(&out, addrs[i], answers[k++], texts_copy[i], lens[i]);
+      }
+    }
+    out.Put("]}");
+    reinterpret_cast<uint32_t*>(out_)[1] = invalid_count;
+    return Napi::Number::New(env, out.overflow ? 0 : static_cast<double>(out.at - json_out_));
   }
 
   // lookupBatch(texts, from, count) -> entries written (at most the

@@ -233,8 +233,10 @@ class Api {
     };
   }
 
-  /** POST /v1/check: one address. */
+  /** POST /v1/check: one address. The usual body is answered in the one native call; any other is read here. */
   check: KeyedHandler = (ex, bytes) => {
+    const answer = this.ctx.snapshot.lookupBodyBytes(bytes);
+    if (answer !== null) return ex.send(200, answer);
     const body = parseJsonObject(bytes);
     const ip = body.ip;
     if (ip === undefined || ip === null) return ex.sendError('missing_ip');
@@ -253,7 +255,7 @@ class Api {
       if (!v.admitted) return ex.sendLimited(v, false);
       ex.window(v);
     }
-    ex.send(200, `{"results":[${this.ctx.snapshot.lookupManyJson(ips).join(',')}]}`);
+    ex.send(200, this.ctx.snapshot.lookupBatchJsonBytes(ips));
   };
 
   /** GET /v1/health: 200 while serving, 503 while draining. */
