@@ -241,18 +241,16 @@ class Dashboard {
             }, fail);
         };
         if (method !== 'post' && method !== 'put') return run({});
-        ex.readBody(
-          ex.req,
-          MAX_BODY,
-          (bytes) => {
+        ex.readBody(ex.req, MAX_BODY, {
+          onBody: (bytes) => {
             try {
               run(parseJsonObject(bytes));
             } catch (error) {
               fail(error);
             }
           },
-          (code, details) => ex.sendError(code, undefined, details),
-        );
+          onBodyRefused: (code, details) => ex.sendError(code, undefined, details),
+        });
       } catch (error) {
         fail(error);
       }

@@ -67,6 +67,7 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
 }
 
 function isJsonContentType(value: string): boolean {
+  if (value === 'application/json') return true; // what nearly every client sends: no string made
   const semicolon = value.indexOf(';');
   return (semicolon < 0 ? value : value.slice(0, semicolon)).trim().toLowerCase() === 'application/json';
 }
@@ -77,6 +78,13 @@ export interface BodyHeaders {
   contentLength: string;
 }
 
+/** Where a body goes: both are called inside uWS's data callback, and what they throw is theirs to catch. */
+export interface BodyReader {
+  /** The whole body, valid only during the call. */
+  onBody(body: Uint8Array): void;
+  onBodyRefused(code: 'payload_too_large' | 'unsupported_media_type', details: Record<string, unknown>): void;
+}
+
 export class Exchange {
   readonly res: HttpResponse;
   readonly scope: ExchangeScope;
@@ -85,10 +93,18 @@ export class Exchange {
   #done = false;
   #aborted = false;
 
-  constructor(res: HttpResponse, scope: ExchangeScope, head: boolean) {
+  /**
+   * Answers only from the route's synchronous top or a body callback, where
+   * uWS has corked the socket already (it corks while it processes received
+   * bytes): send() need not cork again.
+   */
+  readonly #inCallbacksOnly: boolean;
+
+  constructor(res: HttpResponse, scope: ExchangeScope, head: boolean, inCallbacksOnly = false) {
     this.res = res;
     this.scope = scope;
     this.head = head;
+    this.#inCallbacksOnly = inCallbacksOnly;
     scope.inflight.count++;
     res.onAborted(() => {
       this.#aborted = true;
@@ -129,15 +145,18 @@ export class Exchange {
     if (!this.#claim()) return;
     this.answered(status);
     if (this.#aborted) return;
+    if (this.#inCallbacksOnly) this.#write(status, body, headers);
+    else this.res.cork(() => this.#write(status, body, headers));
+  }
+
+  #write(status: number, body: string | Uint8Array, headers: readonly Header[] | null): void {
     const res = this.res;
     const close = this.scope.draining();
-    res.cork(() => {
-      res.writeStatus(statusLine(status));
-      this.writeHeaders(res);
-      if (headers !== null) for (const [name, value] of headers) res.writeHeader(name, value);
-      if (this.head) endHead(res, typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength, close);
-      else res.end(body, close);
-    });
+    res.writeStatus(statusLine(status));
+    this.writeHeaders(res);
+    if (headers !== null) for (const [name, value] of headers) res.writeHeader(name, value);
+    if (this.head) endHead(res, typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength, close);
+    else res.end(body, close);
   }
 
   /** The client's address as 16 bytes, IPv4 as IPv4-mapped. */
@@ -151,26 +170,18 @@ export class Exchange {
   }
 
   /**
-   * Reads a JSON body of at most `maxBytes` and calls `onBody` with its bytes
-   * (valid only during the call). Fails with `onFailure` instead: 413
-   * `payload_too_large` as soon as the body is known to be too large (from
-   * Content-Length, or once its bytes pass the limit: the rest is passed
-   * over by uWS and the connection serves the next request), then 415
-   * `unsupported_media_type` when it is not declared as JSON. `onBody` and
-   * `onFailure` run inside uWS's data callback; what they throw is theirs to
-   * catch.
+   * Reads a JSON body of at most `maxBytes` and hands it to `reader`, or
+   * refuses it: 413 `payload_too_large` as soon as the body is known to be
+   * too large (from Content-Length, or once its bytes pass the limit: the
+   * rest is passed over by uWS and the connection serves the next request),
+   * then 415 `unsupported_media_type` when it is not declared as JSON.
    */
-  readBody(
-    headers: BodyHeaders,
-    maxBytes: number,
-    onBody: (body: Uint8Array) => void,
-    onFailure: (code: 'payload_too_large' | 'unsupported_media_type', details: Record<string, unknown>) => void,
-  ): void {
+  readBody(headers: BodyHeaders, maxBytes: number, reader: BodyReader): void {
     // Not waiting for a body announced too large: closing the connection with
     // its bytes unread would make the kernel reset it, and the client could
     // lose this answer.
     if (headers.contentLength !== '' && Number(headers.contentLength) > maxBytes) {
-      onFailure('payload_too_large', { max_bytes: maxBytes });
+      reader.onBodyRefused('payload_too_large', { max_bytes: maxBytes });
       return;
     }
     let chunks: Buffer[] | null = null;
@@ -179,7 +190,7 @@ export class Exchange {
       if (this.#done) return;
       size += chunk.byteLength;
       if (size > maxBytes) {
-        onFailure('payload_too_large', { max_bytes: maxBytes });
+        reader.onBodyRefused('payload_too_large', { max_bytes: maxBytes });
         return;
       }
       if (!isLast) {
@@ -187,11 +198,11 @@ export class Exchange {
         return;
       }
       if (!isJsonContentType(headers.contentType)) {
-        onFailure('unsupported_media_type', {});
+        reader.onBodyRefused('unsupported_media_type', {});
         return;
       }
       const last = new Uint8Array(chunk);
-      onBody(chunks === null ? last : Buffer.concat([...chunks, last]));
+      reader.onBody(chunks === null ? last : Buffer.concat([...chunks, last]));
     });
   }
 }

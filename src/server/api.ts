@@ -11,7 +11,7 @@
 import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, errorBody, inputAsText, IprError, type ApiErrorCode } from '../errors.js';
-import { addressOf, Exchange, JSON_TYPE, parseJsonObject, type ExchangeScope } from '../http/exchange.js';
+import { addressOf, Exchange, JSON_TYPE, parseJsonObject, type BodyReader, type ExchangeScope } from '../http/exchange.js';
 import { Router } from '../http/router.js';
 import type { Clock } from '../clock.js';
 import type { AccessLog } from '../log.js';
@@ -59,8 +59,12 @@ interface KeyGrant {
   allowed: [ipaddr.IPv4 | ipaddr.IPv6, number][] | null;
 }
 
-/** An API request: counted and logged when answered; its answers carry the rate-limit headers once a limit applied. */
-class ApiExchange extends Exchange {
+/**
+ * An API request: counted and logged when answered; its answers carry the
+ * rate-limit headers once a limit applied. It reads its own body into its
+ * route's handler (one object per request, no closures but uWS's own).
+ */
+class ApiExchange extends Exchange implements BodyReader {
   readonly #api: Api;
   /** A Route value. */
   readonly route: number;
@@ -74,9 +78,13 @@ class ApiExchange extends Exchange {
   limit = -1;
   remaining = 0;
   reset = 0;
+  /** A keyed route's handler and the key's grant, for the body. */
+  handler: KeyedHandler | null = null;
+  grant: KeyGrant | null = null;
 
   constructor(api: Api, res: HttpResponse, route: number, head: boolean) {
-    super(res, api.ctx, head);
+    // The API answers from a route's top or its body callback only: corked by uWS.
+    super(res, api.ctx, head, true);
     this.#api = api;
     this.route = route;
     this.id = api.nextId();
@@ -99,12 +107,29 @@ class ApiExchange extends Exchange {
   }
 
   protected override writeHeaders(res: HttpResponse): void {
-    res.writeHeader('Content-Type', JSON_TYPE);
-    if (this.limit >= 0) {
-      res.writeHeader('X-RateLimit-Limit', String(this.limit));
-      res.writeHeader('X-RateLimit-Remaining', String(this.remaining));
-      res.writeHeader('X-RateLimit-Reset', String(this.reset));
+    if (this.limit < 0) {
+      res.writeHeader('Content-Type', JSON_TYPE);
+      return;
     }
+    // Four header lines in one write: each writeHeader is a crossing into
+    // uWS, which writes "name: value" and a line end without looking at them.
+    res.writeHeader(
+      'Content-Type',
+      `${JSON_TYPE}\r\nX-RateLimit-Limit: ${this.limit}\r\nX-RateLimit-Remaining: ${this.remaining}\r\nX-RateLimit-Reset: ${this.reset}`,
+    );
+  }
+
+  onBody(bytes: Uint8Array): void {
+    try {
+      this.handler!(this, bytes, this.grant!);
+    } catch (error) {
+      if (error instanceof IprError && error.code === 'invalid_json') this.sendError('invalid_json', error.details);
+      else this.fail(error);
+    }
+  }
+
+  onBodyRefused(code: 'payload_too_large' | 'unsupported_media_type', details: Record<string, unknown>): void {
+    this.sendError(code, details);
   }
 
   sendError(code: ApiErrorCode, details?: Record<string, unknown>): void {
@@ -214,19 +239,9 @@ class Api {
         const v = this.ctx.limits.admitKey(grant.id, grant.plan!, now);
         if (!v.admitted) return ex.sendLimited(v, false);
         ex.window(v);
-        ex.readBody(
-          body,
-          maxBody,
-          (bytes) => {
-            try {
-              handler(ex, bytes, grant);
-            } catch (error) {
-              if (error instanceof IprError && error.code === 'invalid_json') ex.sendError('invalid_json', error.details);
-              else ex.fail(error);
-            }
-          },
-          (code, details) => ex.sendError(code, details),
-        );
+        ex.handler = handler;
+        ex.grant = grant;
+        ex.readBody(body, maxBody, ex);
       } catch (error) {
         ex.fail(error);
       }
