@@ -76,16 +76,10 @@ async function keys(args: string[]): Promise<number> {
       const name = values.name;
       if (!name) throw new UsageError('keys create needs --name N');
       const count = integerOption(values.count, '--count', 1, 1)!;
-      const made = await withStore(dataDirOf(values), (store) => {
-        const out: string[] = [];
-        for (let i = 0; i < count; i++) {
-          const { key, record } = store.createKey(email, count === 1 ? name : `${name} ${i + 1}`, listOption(values.allow));
-          process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`);
-          out.push(key);
-        }
-        return out;
-      });
-      process.stdout.write(`${made.join('\n')}\n`);
+      const names = Array.from({ length: count }, (_, i) => (count === 1 ? name : `${name} ${i + 1}`));
+      const made = await withStore(dataDirOf(values), (store) => store.createKeys(email, names, listOption(values.allow)));
+      made.forEach(({ record }, i) => process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`));
+      process.stdout.write(`${made.map((m) => m.key).join('\n')}\n`);
       return 0;
     }
     case 'list': {

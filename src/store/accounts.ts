@@ -228,32 +228,39 @@ export class AccountStore {
 
   /** Creates a key; the key itself is returned here and never again. */
   createKey(email: string, name: string, allowed: string[] = []): { key: string; record: KeyRecord } {
-    const trimmed = name.trim();
-    if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+    return this.createKeys(email, [name], allowed)[0]!;
+  }
+
+  /** Creates keys named `names`, all in one transaction (one sync, however many). */
+  createKeys(email: string, names: string[], allowed: string[] = []): { key: string; record: KeyRecord }[] {
+    const trimmed = names.map((name) => name.trim());
+    if (trimmed.some((n) => n.length === 0 || n.length > 100)) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
     const allowedList = normaliseAllowed(allowed);
     return this.#commitChange(() => {
       const account = this.#requireAccount(email);
-      let key: string;
-      do key = KEY_TAG + randomBytes(32).toString('base64url');
-      while (this.#prefixes.get(key.slice(0, PREFIX_LENGTH)) !== undefined);
-      const id = this.nextKeyId();
-      const record: KeyRecord = {
-        id,
-        account: account.email,
-        name: trimmed,
-        prefix: key.slice(0, PREFIX_LENGTH),
-        hash: keyDigest(key),
-        created: new Date().toISOString(),
-        lastUsed: null,
-        revoked: null,
-        allowed: allowedList,
-      };
-      this.#keys.putSync(record.hash, record);
-      this.#keyIds.putSync(id, record.hash);
-      this.#prefixes.putSync(record.prefix, id);
-      this.#accountKeys.putSync(account.email, id);
-      this.#meta.putSync('nextKeyId', id + 1);
-      return { key, record };
+      return trimmed.map((name) => {
+        let key: string;
+        do key = KEY_TAG + randomBytes(32).toString('base64url');
+        while (this.#prefixes.get(key.slice(0, PREFIX_LENGTH)) !== undefined);
+        const id = this.nextKeyId();
+        const record: KeyRecord = {
+          id,
+          account: account.email,
+          name,
+          prefix: key.slice(0, PREFIX_LENGTH),
+          hash: keyDigest(key),
+          created: new Date().toISOString(),
+          lastUsed: null,
+          revoked: null,
+          allowed: allowedList,
+        };
+        this.#keys.putSync(record.hash, record);
+        this.#keyIds.putSync(id, record.hash);
+        this.#prefixes.putSync(record.prefix, id);
+        this.#accountKeys.putSync(account.email, id);
+        this.#meta.putSync('nextKeyId', id + 1);
+        return { key, record };
+      });
     });
   }
 
