@@ -1,20 +1,26 @@
-// `npm run bench:http`: the HTTP benchmark, three servers side by side in one
-// run, under the same load generator (wrk) and the same seeded real addresses:
-//   (a) ours: `ipr serve` POST /v1/check with auth and limits, on the full
-//       real-data snapshot, the requests spread over 2,000 Enterprise keys;
+// `npm run bench:http`: the HTTP benchmark, servers side by side in one run
+// under the same load generator (wrk) and the same seeded real addresses:
+//   (a) ours: `ipr serve` POST /v1/check with auth and limits on the full
+//       real-data snapshot, the requests spread over 1,000 Enterprise keys;
 //   (b) a bare uWebSockets.js app that reads the body and answers a constant
 //       check result: the ceiling of this design (bench/peers/uws-constant.js);
-//   (c) Fastify with the `maxmind` reader (bench/peers/fastify-maxmind.js).
-// Each server runs on both cores (2 worker threads, or 2 cluster processes);
-// rounds are interleaved and the median is reported. Then (a) at half its
-// peak rate for latency, its memory, and a check that every request was
-// counted against its key. Results go to stdout and bench/results/http-*.json.
+//   (c) Fastify with the `maxmind` reader (bench/peers/fastify-maxmind.js);
+//   (d) ours again, the same server, over 100,000 keys in rotation: what an
+//       active key costs.
+// Layout: every server runs one worker, all its threads pinned to core 0;
+// wrk runs one thread pinned to core 1, so the load generator never takes
+// the server's core. Rounds are interleaved and medians reported, in
+// requests per second and in server CPU per answer (steadier on a shared
+// machine). Then (a) at half its peak rate for latency, the idle server's
+// CPU, its memory, and a check that every answered request was counted.
+// Results go to stdout and bench/results/http-*.json.
 //
-// Needs wrk (Debian: apt-get install wrk). Environment: BENCH_ROUNDS (3),
-// BENCH_SECONDS (10), BENCH_CONNECTIONS (64), BENCH_DATA (a data folder with a
-// published snapshot, instead of building the full dataset).
+// Needs wrk and taskset (Debian: apt-get install wrk util-linux) and two
+// cores. Environment: BENCH_ROUNDS (3), BENCH_SECONDS (10),
+// BENCH_CONNECTIONS (64), BENCH_DATA (a data folder with a published
+// snapshot, instead of building the full dataset).
 import { execFile, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,11 +34,14 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
-const WORKERS = 2;
-const KEYS = 2000;
-const REQUESTS = 40_000;
+const SERVER_CORE = '0';
+const LOAD_CORE = '1';
+const KEYS = 1000;
+const MANY_KEYS = 100_000;
+const ADDRESSES = 40_000;
 const SEED = 20261123;
 const PACE_MS = 5;
+const IDLE_SECONDS = 10;
 
 const run = promisify(execFile);
 
@@ -71,26 +80,38 @@ function startPeer(name, args) {
   });
 }
 
+/** A process and its children (the Fastify peer's cluster worker). */
+function tree(pid) {
+  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
+  return [pid, ...children.map(Number)];
+}
+
+/** Pins every thread of a process tree to the server core (threads started later inherit it). */
+function pin(pid) {
+  for (const p of tree(pid)) execFileSync('taskset', ['-a', '-p', '-c', SERVER_CORE, String(p)], { stdio: 'ignore' });
+}
+
+const treeCpu = (pid) => tree(pid).reduce((sum, p) => sum + cpuSeconds(p), 0);
+
 async function wrk(port, requestsFile, { seconds, connections, pauseMs = 0 }) {
-  const args = ['-t', '2', '-c', String(connections), '-d', `${seconds}s`, '--timeout', '5s', '-s', path.join(root, 'bench', 'wrk-check.lua')];
+  const args = ['-c', LOAD_CORE, 'wrk', '-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--timeout', '5s', '-s', path.join(root, 'bench', 'wrk-check.lua')];
   args.push(`http://127.0.0.1:${port}/v1/check`, '--', requestsFile, String(pauseMs));
-  const { stdout } = await run('wrk', args, { maxBuffer: 1 << 20 });
+  const { stdout } = await run('taskset', args, { maxBuffer: 1 << 20 });
   const line = stdout.split('\n').find((l) => l.startsWith('{"requests"'));
   if (!line) throw new Error(`wrk printed no summary:\n${stdout}`);
   const r = JSON.parse(line);
-  const errors = Object.values(r.errors).reduce((a, b) => a + b, 0);
-  return { ...r, failed: errors, per_second: r.requests / r.seconds };
+  const failed = Object.values(r.errors).reduce((a, b) => a + b, 0);
+  return { ...r, failed, per_second: r.requests / r.seconds };
 }
 
 /** Resident memory of a process, and how the snapshot file is mapped in it. */
 function memory(pid, snapshotName) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const rss = Number(/VmRSS:\s+([0-9]+)/.exec(status)[1]) * 1024;
-  const smaps = readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n');
   let mappings = 0;
   let snapshotRss = 0;
   let inSnapshot = false;
-  for (const line of smaps) {
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
     if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) {
       inSnapshot = line.endsWith(snapshotName);
       if (inSnapshot) mappings++;
@@ -101,24 +122,30 @@ function memory(pid, snapshotName) {
   return { rss_bytes: rss, snapshot_mappings: mappings, snapshot_rss_bytes: snapshotRss };
 }
 
-/** A process and its children (the cluster peer's workers). */
-function tree(pid) {
-  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
-  return [pid, ...children.map(Number)];
+/** The requests wrk sends: "key<TAB>address" lines, key and address rotating independently. */
+function requestsFile(dir, name, keys, addresses) {
+  const file = path.join(dir, `${name}.tsv`);
+  const lines = Math.max(keys.length, addresses.length);
+  writeFileSync(file, Array.from({ length: lines }, (_, i) => `${keys[i % keys.length]}\t${addresses[i % addresses.length]}\n`).join(''));
+  return file;
 }
 
-const treeRss = (pid) => tree(pid).reduce((sum, p) => sum + memory(p, '\0').rss_bytes, 0);
-const treeCpu = (pid) => tree(pid).reduce((sum, p) => sum + cpuSeconds(p), 0);
-
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+const us = (v) => `${v.toFixed(1)}µs`;
 
-try {
-  execFileSync('wrk', ['--version'], { stdio: 'ignore' });
-} catch (error) {
-  if (error.code === 'ENOENT') {
-    console.error('bench:http needs wrk: apt-get install wrk');
-    process.exit(1);
+for (const tool of ['wrk', 'taskset']) {
+  try {
+    execFileSync(tool, ['--version'], { stdio: 'ignore' });
+  } catch (error) {
+    if (error.code === 'ENOENT') {
+      console.error(`bench:http needs ${tool}: apt-get install wrk util-linux`);
+      process.exit(1);
+    }
   }
+}
+if (os.availableParallelism() < 2) {
+  console.error('bench:http needs two cores: one for the servers, one for the load generator');
+  process.exit(1);
 }
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-http-'));
@@ -136,59 +163,61 @@ try {
   const snapshotName = readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
   const snapshotBytes = statSync(path.join(dataDir, 'snapshots', snapshotName)).size;
 
-  // 2,000 Enterprise keys of one account, made as an operator would.
+  // Enterprise keys made as an operator would: 1,000 for the main runs,
+  // 100,000 more for the per-key cost.
+  process.stderr.write(`making ${KEYS.toLocaleString('en-US')} + ${MANY_KEYS.toLocaleString('en-US')} keys...\n`);
   const keys = createKeys(dataDir, KEYS);
+  const manyKeys = createKeys(dataDir, MANY_KEYS);
   const keysFile = path.join(work, 'keys.txt');
   writeFileSync(keysFile, `${keys.join('\n')}\n`);
-  const addresses = seededAddresses(REQUESTS, SEED);
-  const requestsFile = path.join(work, 'requests.tsv');
-  writeFileSync(requestsFile, addresses.map((ip, i) => `${keys[i % KEYS]}\t${ip}\n`).join(''));
+  const addresses = seededAddresses(ADDRESSES, SEED);
+  const files = { few: requestsFile(work, 'few', keys, addresses), many: requestsFile(work, 'many', manyKeys, addresses) };
 
-  const ours = await startServer(dataDir, { workers: WORKERS });
+  const ours = await startServer(dataDir, { workers: 1 });
   servers.push(ours);
-  const ports = { ours: ours.port, 'bare uWS': await freePort(), 'Fastify+maxmind': await freePort() };
-  const bare = await startPeer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports['bare uWS']), String(WORKERS)]);
+  const ports = { bare: await freePort(), fastify: await freePort() };
+  const bare = await startPeer('bare uWS', [path.join(root, 'bench', 'peers', 'uws-constant.js'), String(ports.bare), '1']);
   servers.push(bare);
-  const fastify = await startPeer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports['Fastify+maxmind']), String(WORKERS), keysFile]);
+  const fastify = await startPeer('Fastify', [path.join(root, 'bench', 'peers', 'fastify-maxmind.js'), String(ports.fastify), '1', keysFile]);
   servers.push(fastify);
+  for (const server of [ours, bare, fastify]) pin(server.process.pid);
 
-  const contenders = Object.keys(ports);
+  const contenders = {
+    ours: { port: ours.port, pid: ours.process.pid, file: files.few },
+    'bare uWS': { port: ports.bare, pid: bare.process.pid, file: files.few },
+    'Fastify+maxmind': { port: ports.fastify, pid: fastify.process.pid, file: files.few },
+    'ours, 100k keys': { port: ours.port, pid: ours.process.pid, file: files.many },
+  };
   let oursRequests = 0;
   let oursFailed = 0;
-  const count = (name, r) => {
-    if (name === 'ours') {
+  const measure = async (name, options) => {
+    const c = contenders[name];
+    const cpuBefore = treeCpu(c.pid);
+    const r = await wrk(c.port, c.file, options);
+    const cpu = treeCpu(c.pid) - cpuBefore;
+    if (c.pid === ours.process.pid) {
       oursRequests += r.requests;
       oursFailed += r.failed;
     }
-    return r;
+    return { ...r, cpu_us_per_request: (cpu * 1e6) / r.requests };
   };
-  for (const name of contenders) count(name, await wrk(ports[name], requestsFile, { seconds: 3, connections: CONNECTIONS })); // warm-up
-  const runs = Object.fromEntries(contenders.map((c) => [c, []]));
-  // Requests per second move with whatever else the shared cores do; the
-  // server CPU each answer cost is steadier, and its ratio is the ratio of
-  // what each server could answer on the same cores.
-  const pids = { ours: ours.process.pid, 'bare uWS': bare.process.pid, 'Fastify+maxmind': fastify.process.pid };
+  // Warm-up: long enough for ours to have seen every one of the 100,000 keys (each key's first request reads the store).
+  for (const name of Object.keys(contenders)) await measure(name, { seconds: name === 'ours, 100k keys' ? 15 : 3, connections: CONNECTIONS });
+  const runs = Object.fromEntries(Object.keys(contenders).map((c) => [c, []]));
   for (let round = 0; round < ROUNDS; round++) {
-    for (const name of contenders) {
-      const cpuBefore = treeCpu(pids[name]);
-      const r = count(name, await wrk(ports[name], requestsFile, { seconds: SECONDS, connections: CONNECTIONS }));
-      runs[name].push({ ...r, cpu_us_per_request: ((treeCpu(pids[name]) - cpuBefore) * 1e6) / r.requests });
-    }
+    for (const name of Object.keys(contenders)) runs[name].push(await measure(name, { seconds: SECONDS, connections: CONNECTIONS }));
   }
   const summary = Object.fromEntries(
-    contenders.map((name) => {
-      const r = runs[name];
-      return [
-        name,
-        {
-          per_second: median(r.map((x) => x.per_second)),
-          cpu_us_per_request: median(r.map((x) => x.cpu_us_per_request)),
-          p50_us: median(r.map((x) => x.latency_us.p50)),
-          p99_us: median(r.map((x) => x.latency_us.p99)),
-          failed: r.reduce((a, x) => a + x.failed, 0),
-        },
-      ];
-    }),
+    Object.entries(runs).map(([name, r]) => [
+      name,
+      {
+        per_second: median(r.map((x) => x.per_second)),
+        cpu_us_per_request: median(r.map((x) => x.cpu_us_per_request)),
+        p50_us: median(r.map((x) => x.latency_us.p50)),
+        p99_us: median(r.map((x) => x.latency_us.p99)),
+        failed: r.reduce((a, x) => a + x.failed, 0),
+      },
+    ]),
   );
 
   // Latency of ours at half its peak rate. wrk paces each connection (a
@@ -196,12 +225,18 @@ try {
   // depends on the latency: a short calibration run sets N.
   const rate = summary.ours.per_second / 2;
   let pacedConnections = Math.max(2, Math.round((rate * PACE_MS) / 1000));
-  const calibration = count('ours', await wrk(ports.ours, requestsFile, { seconds: 3, connections: pacedConnections, pauseMs: PACE_MS }));
+  const calibration = await measure('ours', { seconds: 3, connections: pacedConnections, pauseMs: PACE_MS });
   pacedConnections = Math.max(2, Math.round((pacedConnections * rate) / calibration.per_second));
-  const paced = count('ours', await wrk(ports.ours, requestsFile, { seconds: SECONDS, connections: pacedConnections, pauseMs: PACE_MS }));
+  const paced = await measure('ours', { seconds: SECONDS, connections: pacedConnections, pauseMs: PACE_MS });
+
+  // The idle server, once the last usage is flushed: what it costs with nothing to answer (timers, flushes) and 101,000 keys.
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  const idleBefore = treeCpu(ours.process.pid);
+  await new Promise((resolve) => setTimeout(resolve, IDLE_SECONDS * 1000));
+  const idleCore = (treeCpu(ours.process.pid) - idleBefore) / IDLE_SECONDS;
 
   const oursMemory = memory(ours.process.pid, snapshotName);
-  const fastifyRss = treeRss(fastify.process.pid);
+  const threads = readdirSync(`/proc/${ours.process.pid}/task`).length;
 
   // Every request ours answered was counted against its key (the server
   // flushes usage every second and on SIGTERM). wrk stops with requests in
@@ -213,40 +248,42 @@ try {
   const store = new AccountStore(dataDir);
   const today = dayOf(Date.now());
   let counted = 0;
-  for (const key of keys) counted += store.usage(store.keyByDigest(keyDigest(key)).id, today);
+  for (const key of [...keys, ...manyKeys]) counted += store.usage(store.keyByDigest(keyDigest(key)).id, today);
   await store.close();
 
-  console.log(`\nPOST /v1/check, ${CONNECTIONS} keep-alive connections, wrk -t2, ${WORKERS} server workers, median of ${ROUNDS} interleaved ${SECONDS} s rounds:`);
-  console.log(`  ${'server'.padEnd(16)} ${'req/s'.padStart(9)} ${'CPU/req'.padStart(9)} ${'p50'.padStart(9)} ${'p99'.padStart(9)}  failed`);
-  for (const name of contenders) {
-    const s = summary[name];
+  console.log(
+    `\nPOST /v1/check: each server one worker on core ${SERVER_CORE}, wrk one thread on core ${LOAD_CORE}, ${CONNECTIONS} keep-alive connections; ` +
+      `median of ${ROUNDS} interleaved ${SECONDS} s rounds:`,
+  );
+  console.log(`  ${'server'.padEnd(18)} ${'req/s'.padStart(9)} ${'CPU/req'.padStart(9)} ${'p50'.padStart(9)} ${'p99'.padStart(9)}  failed`);
+  for (const [name, s] of Object.entries(summary)) {
     console.log(
-      `  ${name.padEnd(16)} ${Math.round(s.per_second).toLocaleString('en-US').padStart(9)} ${s.cpu_us_per_request.toFixed(1).padStart(7)}µs ` +
+      `  ${name.padEnd(18)} ${Math.round(s.per_second).toLocaleString('en-US').padStart(9)} ${us(s.cpu_us_per_request).padStart(9)} ` +
         `${(s.p50_us / 1000).toFixed(2).padStart(7)}ms ${(s.p99_us / 1000).toFixed(2).padStart(7)}ms  ${s.failed}`,
     );
   }
-  const ratioBare = summary.ours.per_second / summary['bare uWS'].per_second;
-  const ratioFastify = summary.ours.per_second / summary['Fastify+maxmind'].per_second;
-  const cpuRatioBare = summary['bare uWS'].cpu_us_per_request / summary.ours.cpu_us_per_request;
-  const cpuRatioFastify = summary['Fastify+maxmind'].cpu_us_per_request / summary.ours.cpu_us_per_request;
-  console.log(`  ours / bare uWS = ${ratioBare.toFixed(2)} in req/s, ${cpuRatioBare.toFixed(2)} in server CPU per request (goal >= 0.7)`);
-  console.log(`  ours / Fastify+maxmind = ${ratioFastify.toFixed(1)} in req/s, ${cpuRatioFastify.toFixed(1)} in server CPU per request (goal >= 3)`);
+  const ratio = (a, b) => ({ rate: summary[a].per_second / summary[b].per_second, cpu: summary[b].cpu_us_per_request / summary[a].cpu_us_per_request });
+  const ratios = { bare: ratio('ours', 'bare uWS'), fastify: ratio('ours', 'Fastify+maxmind'), manyKeys: ratio('ours, 100k keys', 'ours') };
+  console.log(`  ours / bare uWS = ${ratios.bare.rate.toFixed(2)} in req/s, ${ratios.bare.cpu.toFixed(2)} in server CPU per answer (goal >= 0.7)`);
+  console.log(`  ours / Fastify+maxmind = ${ratios.fastify.rate.toFixed(1)} in req/s, ${ratios.fastify.cpu.toFixed(1)} in server CPU per answer (goal >= 3)`);
+  console.log(`  100,000 keys / 1,000 keys = ${ratios.manyKeys.rate.toFixed(2)} in req/s, ${ratios.manyKeys.cpu.toFixed(2)} in server CPU per answer (goal >= 0.9)`);
   console.log(
     `\nours at half its peak (${Math.round(rate).toLocaleString('en-US')} req/s asked, ${Math.round(paced.per_second).toLocaleString('en-US')} done, ` +
       `${pacedConnections} connections paced ${PACE_MS} ms): p50 ${(paced.latency_us.p50 / 1000).toFixed(2)} ms, p99 ${(paced.latency_us.p99 / 1000).toFixed(2)} ms (goal < 2 ms), failed ${paced.failed}`,
   );
+  console.log(`idle: ours used ${(idleCore * 100).toFixed(2)}% of a core over ${IDLE_SECONDS} s with ${(KEYS + MANY_KEYS).toLocaleString('en-US')} keys (goal < 1%)`);
   console.log(
-    `\nmemory: ours (${WORKERS} workers) RSS ${mib(oursMemory.rss_bytes)}, snapshot ${mib(snapshotBytes)} mapped ${oursMemory.snapshot_mappings} time(s), ` +
-      `${mib(oursMemory.snapshot_rss_bytes)} of it resident; Fastify+maxmind (${WORKERS} processes) RSS ${mib(fastifyRss)}`,
+    `memory: ours (1 worker, ${threads} threads) RSS ${mib(oursMemory.rss_bytes)}, snapshot ${mib(snapshotBytes)} mapped ${oursMemory.snapshot_mappings} time(s), ` +
+      `${mib(oursMemory.snapshot_rss_bytes)} of it resident`,
   );
-  console.log(`counted: ${counted.toLocaleString('en-US')} requests on ${KEYS} keys; wrk recorded ${oursRequests.toLocaleString('en-US')} answers, ${oursFailed} failed (non-2xx or socket errors)`);
+  console.log(`counted: ${counted.toLocaleString('en-US')} requests on ${(KEYS + MANY_KEYS).toLocaleString('en-US')} keys; wrk recorded ${oursRequests.toLocaleString('en-US')} answers, ${oursFailed} failed (non-2xx or socket errors)`);
 
   mkdirSync(path.join(root, 'bench', 'results'), { recursive: true });
   const file = path.join(root, 'bench', 'results', `http-${env.date.replace(/[:.]/g, '-')}.json`);
   writeFileSync(
     file,
     JSON.stringify(
-      { environment: env, connections: CONNECTIONS, seconds: SECONDS, rounds: runs, summary, ratios: { bare: ratioBare, fastify: ratioFastify, bare_cpu: cpuRatioBare, fastify_cpu: cpuRatioFastify }, paced, memory: { ours: oursMemory, fastify_rss_bytes: fastifyRss, snapshot_bytes: snapshotBytes }, counted, recorded: oursRequests, failed: oursFailed },
+      { environment: env, connections: CONNECTIONS, seconds: SECONDS, rounds: runs, summary, ratios, paced, idle_core: idleCore, memory: { ours: oursMemory, snapshot_bytes: snapshotBytes }, counted, recorded: oursRequests, failed: oursFailed },
       null,
       2,
     ),

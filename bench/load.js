@@ -3,6 +3,7 @@
 // seeded addresses, requests per second recorded second by second with
 // wall-clock times (to line them up with events such as a publication).
 import { execFileSync, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,7 +18,7 @@ export const cli = path.join(root, 'dist', 'cli', 'main.js');
  * second needs more than R / 100 of them.
  */
 export function createKeys(dataDir, count, plan = 'enterprise') {
-  const email = `bench-${plan}-${Date.now()}@example.com`;
+  const email = `bench-${plan}-${randomUUID().slice(0, 8)}@example.com`;
   execFileSync(process.execPath, [cli, 'accounts', 'create', '--data', dataDir, '--email', email, '--plan', plan], { input: 'a bench password', stdio: ['pipe', 'ignore', 'ignore'] });
   const out = execFileSync(process.execPath, [cli, 'keys', 'create', '--data', dataDir, '--account', email, '--name', 'bench', '--count', String(count)], {
     encoding: 'utf8',
