@@ -85,9 +85,10 @@ class TrieView {
   const uint8_t* nodes() const { return nodes_; }
   uint64_t LookupV6(u128 addr) const { return Walk<u128, 128>(addr); }
 
-  // Lookups walked kGroup at a time, side by side: each pass issues the
-  // memory reads of every lane before using any, so their cache misses
-  // overlap instead of queueing. values[i] is what the single lookup of
+  // Lookups walked kGroup at a time, side by side: each pass takes one
+  // memory step of every lane, whose read was prefetched at the pass before,
+  // so their cache misses overlap instead of queueing; a lane that ends takes
+  // the next address at once. values[i] is what the single lookup of
   // addrs[i] answers.
   static constexpr size_t kGroup = 16;
   void LookupManyV4(const uint32_t* addrs, size_t n, uint64_t* values) const;
@@ -141,7 +142,7 @@ class TrieView {
   }
 
   template <typename K, int kKeyBits>
-  void WalkGroup(const K* keys, size_t n, uint64_t* values) const;
+  void WalkMany(const K* keys, size_t n, uint64_t* values) const;
 
   const uint8_t* direct_ = nullptr;
   const uint8_t* nodes_ = nullptr;
