@@ -103,6 +103,8 @@ export interface OpenOptions {
 const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = native.layout;
 /** Room for a batch of check results as JSON: each is a few hundred bytes at most. */
 const JSON_BYTES = 1 << 20;
+/** Lengths up to which views of the JSON buffer are kept: one check result fits. */
+const JSON_VIEWS = 4096;
 
 /**
  * A mapped record table: JSON texts (ASCII, non-ASCII escaped), each read
@@ -158,6 +160,8 @@ export class Snapshot {
   readonly #text: Buffer;
   /** Where the addon writes a check result as JSON. */
   readonly #json: Buffer;
+  /** Views of the JSON buffer's start by length, made once: a server answers with one per request. */
+  readonly #jsonViews: (Buffer | undefined)[] = Array.from({ length: JSON_VIEWS }, () => undefined);
   readonly #risk: Risk[];
   #generation = -1;
   #companies!: RecordTable<Company>;
@@ -223,8 +227,7 @@ export class Snapshot {
    */
   lookupJsonBytes(ip: unknown): Uint8Array | null {
     this.#assertOpen();
-    const length = this.#handle.lookupJson(ip);
-    return length === 0 ? null : this.#json.subarray(0, length);
+    return this.#jsonView(this.#handle.lookupJson(ip));
   }
 
   /**
@@ -234,8 +237,14 @@ export class Snapshot {
    */
   lookupBodyBytes(body: Uint8Array): Uint8Array | null {
     this.#assertOpen();
-    const length = this.#handle.lookupBody(body);
-    return length === 0 ? null : this.#json.subarray(0, length);
+    return this.#jsonView(this.#handle.lookupBody(body));
+  }
+
+  /** The JSON buffer's first `length` bytes; null for 0 (not an address). */
+  #jsonView(length: number): Buffer | null {
+    if (length === 0) return null;
+    if (length >= JSON_VIEWS) return this.#json.subarray(0, length);
+    return (this.#jsonViews[length] ??= this.#json.subarray(0, length));
   }
 
   /**
