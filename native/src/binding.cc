@@ -113,27 +113,9 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     store_ = Store::Acquire(info[0].As<Napi::String>().Utf8Value(), &error);
     if (!store_) throw MakeError(env, error.code, error.message);
     Sync();
-    // The hot method is a plain function bound to this handle (napi function
-    // data) instead of a prototype method: no per-call unwrap. It holds the
-    // handle object, so the handle lives as long as the function.
-    napi_value lookup;
-    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "lookup", NAPI_AUTO_LENGTH, &SnapshotHandle::FastLookup,
-                                                         this, &lookup));
-    Napi::Function fn(env, lookup);
-    fn.Set("handle", Value());
-    Value().Set("lookup", fn);
-    napi_value lookup_json;
-    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "lookupJson", NAPI_AUTO_LENGTH,
-                                                         &SnapshotHandle::FastLookupJson, this, &lookup_json));
-    Napi::Function json_fn(env, lookup_json);
-    json_fn.Set("handle", Value());
-    Value().Set("lookupJson", json_fn);
-    napi_value lookup_body;
-    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, "lookupBody", NAPI_AUTO_LENGTH,
-                                                         &SnapshotHandle::FastLookupBody, this, &lookup_body));
-    Napi::Function body_fn(env, lookup_body);
-    body_fn.Set("handle", Value());
-    Value().Set("lookupBody", body_fn);
+    Bind(env, "lookup", &Fast<&SnapshotHandle::LookupText>);
+    Bind(env, "lookupJson", &Fast<&SnapshotHandle::LookupJsonText>);
+    Bind(env, "lookupBody", &Fast<&SnapshotHandle::LookupBodyBytes>);
   }
 
  private:
@@ -188,32 +170,44 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return static_cast<uint32_t>(addr.family);
   }
 
-  // The start of a hot call (a plain function bound to its handle): the
-  // handle, synced to the current snapshot, and the first argument (argc 0:
-  // none). Null, with a JS exception pending, when the handle is closed.
-  static SnapshotHandle* BeginCall(napi_env env, napi_callback_info info, napi_value* arg, size_t* argc) {
-    *argc = 1;
+  // The hot methods are plain functions bound to this handle (napi function
+  // data) instead of prototype methods: no per-call unwrap. Each holds the
+  // handle object, so the handle lives as long as the function.
+  void Bind(Napi::Env env, const char* name, napi_callback call) {
+    napi_value fn;
+    NAPI_THROW_IF_FAILED_VOID(env, napi_create_function(env, name, NAPI_AUTO_LENGTH, call, this, &fn));
+    Napi::Function function(env, fn);
+    function.Set("handle", Value());
+    Value().Set(name, function);
+  }
+
+  // What a hot body answers when it threw instead (a JS exception is pending).
+  static constexpr uint32_t kThrew = 0xffffffffu;
+
+  // A hot call: the handle, synced to the current snapshot, runs `Body` on
+  // the first argument (argc 0: none) and answers the uint32 it returns.
+  template <uint32_t (SnapshotHandle::*Body)(napi_env, napi_value, size_t)>
+  static napi_value Fast(napi_env env, napi_callback_info info) {
+    size_t argc = 1;
+    napi_value arg;
     void* data;
-    if (napi_get_cb_info(env, info, argc, arg, nullptr, &data) != napi_ok) return nullptr;
+    if (napi_get_cb_info(env, info, &argc, &arg, nullptr, &data) != napi_ok) return nullptr;
     auto* self = static_cast<SnapshotHandle*>(data);
     if (!self->store_) {
       MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
       return nullptr;
     }
     self->Sync();
-    return self;
+    uint32_t answer = (self->*Body)(env, arg, argc);
+    if (answer == kThrew) return nullptr;
+    napi_value result;
+    napi_create_uint32(env, answer, &result);
+    return result;
   }
 
   // lookup(text) -> status; the entry is the buffer's first.
-  static napi_value FastLookup(napi_env env, napi_callback_info info) {
-    size_t argc;
-    napi_value arg;
-    napi_value result;
-    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
-    if (self == nullptr) return nullptr;
-    uint32_t status = argc < 1 ? 0 : self->LookupValue(env, arg, self->out_ + kHeaderBytes);
-    napi_create_uint32(env, status, &result);
-    return result;
+  uint32_t LookupText(napi_env env, napi_value arg, size_t argc) {
+    return argc < 1 ? 0 : LookupValue(env, arg, out_ + kHeaderBytes);
   }
 
   // Appends bytes to the JSON buffer; `overflow` once they do not fit.
@@ -287,62 +281,40 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   }
 
   // lookupJson(text) -> the length of the check result's JSON at the start of
-  // the JSON buffer; 0 when `text` is not an address. Throws when a result
-  // does not fit the buffer (record texts are short; only a hostile snapshot
-  // could hold such a record).
-  static napi_value FastLookupJson(napi_env env, napi_callback_info info) {
-    size_t argc;
-    napi_value arg;
-    napi_value result;
-    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
-    if (self == nullptr) return nullptr;
+  // the JSON buffer; 0 when `text` is not an address.
+  uint32_t LookupJsonText(napi_env env, napi_value arg, size_t argc) {
     char text[kMaxAddressText + 2];
     size_t len = 0;
     ParsedAddress addr;
-    size_t written = 0;
-    if (argc >= 1 && ParseValue(env, arg, &addr, text, &len)) {
-      written = self->WriteOneJson(env, addr, text, len);
-      if (written == 0) return nullptr;
-    }
-    napi_create_uint32(env, static_cast<uint32_t>(written), &result);
-    return result;
+    if (argc < 1 || !ParseValue(env, arg, &addr, text, &len)) return 0;
+    size_t written = WriteOneJson(env, addr, text, len);
+    return written == 0 ? kThrew : static_cast<uint32_t>(written);
   }
 
-  // lookupBody(bytes: ArrayBuffer | TypedArray) -> the length of the check
+  // lookupBody(bytes: ArrayBuffer | Uint8Array) -> the length of the check
   // result's JSON at the start of the JSON buffer, for a request body of the
   // usual form (request_body.h) holding an address; 0 for any other body,
   // which the caller answers on its general path. The bytes are read during
   // the call only.
-  static napi_value FastLookupBody(napi_env env, napi_callback_info info) {
-    size_t argc;
-    napi_value arg;
-    napi_value result;
-    SnapshotHandle* self = BeginCall(env, info, &arg, &argc);
-    if (self == nullptr) return nullptr;
+  uint32_t LookupBodyBytes(napi_env env, napi_value arg, size_t argc) {
     void* data = nullptr;
     size_t size = 0;
     bool is_typed = false;
-    if (argc >= 1 && napi_is_typedarray(env, arg, &is_typed) == napi_ok && is_typed) {
+    if (argc < 1) return 0;
+    if (napi_is_typedarray(env, arg, &is_typed) == napi_ok && is_typed) {
       napi_typedarray_type type;
-      size_t length;
       napi_value buffer;
       size_t offset;
-      if (napi_get_typedarray_info(env, arg, &type, &length, &data, &buffer, &offset) != napi_ok || type != napi_uint8_array) data = nullptr;
-      size = length;
-    } else if (argc >= 1 && napi_get_arraybuffer_info(env, arg, &data, &size) != napi_ok) {
-      data = nullptr;
+      if (napi_get_typedarray_info(env, arg, &type, &size, &data, &buffer, &offset) != napi_ok || type != napi_uint8_array) return 0;
+    } else if (napi_get_arraybuffer_info(env, arg, &data, &size) != napi_ok) {
+      return 0;
     }
     const char* ip = nullptr;
     size_t ip_len = 0;
     ParsedAddress addr;
-    size_t written = 0;
-    if (data != nullptr && SimpleCheckBody(static_cast<const char*>(data), size, &ip, &ip_len) &&
-        ParseAddress(ip, ip_len, &addr)) {
-      written = self->WriteOneJson(env, addr, ip, ip_len);
-      if (written == 0) return nullptr;
-    }
-    napi_create_uint32(env, static_cast<uint32_t>(written), &result);
-    return result;
+    if (!SimpleCheckBody(static_cast<const char*>(data), size, &ip, &ip_len) || !ParseAddress(ip, ip_len, &addr)) return 0;
+    size_t written = WriteOneJson(env, addr, ip, ip_len);
+    return written == 0 ? kThrew : static_cast<uint32_t>(written);
   }
 
   // lookupBatchJson(texts) -> the length of {"results":[...]} at the start of
