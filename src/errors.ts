@@ -16,9 +16,9 @@ export const ERROR_CODES = {
   method_not_allowed: { status: 405, message: 'Method not allowed on this endpoint' },
   payload_too_large: { status: 413, message: 'The request body is too large' },
   unsupported_media_type: { status: 415, message: 'Content-Type must be application/json' },
-  rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded' },
+  // The same code for both windows; the message says which one refused.
+  rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded', perSecondMessage: 'Per-second request limit exceeded' },
   internal_error: { status: 500, message: 'Server error' },
-  unavailable: { status: 503, message: 'The service is starting or shutting down' },
   // Operator-side failures: snapshots, sources, builds.
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
@@ -66,7 +66,6 @@ export const API_ERROR_CODES = [
   'unsupported_media_type',
   'rate_limit_exceeded',
   'internal_error',
-  'unavailable',
 ] as const satisfies readonly ErrorCode[];
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
 

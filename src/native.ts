@@ -82,6 +82,8 @@ interface NativeAddon {
   canonicalAddress(text: unknown): string | null;
   parseAddress(text: string, out: Uint8Array): 0 | 4 | 6;
   setErrorClass(cls: typeof IprError): void;
+  /** The codes of the errors the addon throws (native/src/error_codes.h), each a key of ERROR_CODES. */
+  errorCodes: string[];
   formatVersion: number;
   layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number };
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "address.h"
+#include "error_codes.h"
 #include "snapshot_writer.h"
 #include "store.h"
 
@@ -39,17 +40,18 @@ struct AddonState {
   Napi::FunctionReference error_class;
 };
 
-// Errors carry a stable `code`; they are instances of the JS class registered
-// with setErrorClass (src/errors.ts: `new IprError(code, message)`) so callers
-// can test `instanceof` and switch on the code.
-Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string& message) {
+// Errors carry a stable `code` (error_codes.h); they are instances of the JS
+// class registered with setErrorClass (src/errors.ts: `new IprError(code,
+// message)`) so callers can test `instanceof` and switch on the code.
+Napi::Error MakeError(Napi::Env env, ErrorCode code, const std::string& message) {
   AddonState* state = env.GetInstanceData<AddonState>();
+  Napi::String name = Napi::String::New(env, ErrorCodeName(code));
   Napi::Error error;
   if (state != nullptr && !state->error_class.IsEmpty()) {
-    error = Napi::Error(env, state->error_class.New({Napi::String::New(env, code), Napi::String::New(env, message)}));
+    error = Napi::Error(env, state->error_class.New({name, Napi::String::New(env, message)}));
   } else {
     error = Napi::Error::New(env, message);
-    error.Set("code", Napi::String::New(env, code));
+    error.Set("code", name);
   }
   return error;
 }
@@ -62,9 +64,9 @@ auto Guard(Napi::Env env, F body) -> decltype(body()) {
   } catch (const Napi::Error&) {
     throw;
   } catch (const std::invalid_argument& e) {
-    throw MakeError(env, "invalid_argument", e.what());
+    throw MakeError(env, ErrorCode::kInvalidArgument, e.what());
   } catch (const std::exception& e) {
-    throw MakeError(env, "write_failed", e.what());
+    throw MakeError(env, ErrorCode::kWriteFailed, e.what());
   }
 }
 
@@ -85,11 +87,11 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   explicit SnapshotHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SnapshotHandle>(info) {
     Napi::Env env = info.Env();
     if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsArray()) {
-      throw Napi::TypeError::New(env, "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[])");
+      throw MakeError(env, ErrorCode::kInvalidArgument, "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[])");
     }
     Napi::ArrayBuffer out = info[1].As<Napi::ArrayBuffer>();
     if (out.ByteLength() < kHeaderBytes + kEntryBytes || reinterpret_cast<uintptr_t>(out.Data()) % 8 != 0) {
-      throw Napi::RangeError::New(env, "output buffer too small or misaligned");
+      throw MakeError(env, ErrorCode::kInvalidArgument, "output buffer too small or misaligned");
     }
     out_ref_ = Napi::Persistent(out);
     out_ = static_cast<uint8_t*>(out.Data());
@@ -100,7 +102,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     json_capacity_ = json_out.ByteLength();
     Napi::Array flags_json = info[3].As<Napi::Array>();
     if (flags_json.Length() != 1u << kFlagTableCount) {
-      throw Napi::RangeError::New(env, "flagsJson needs one text per combination of flags");
+      throw MakeError(env, ErrorCode::kInvalidArgument, "flagsJson needs one text per combination of flags");
     }
     for (uint32_t f = 0; f < flags_json.Length(); ++f) flags_json_.push_back(flags_json.Get(f).As<Napi::String>().Utf8Value());
     SnapshotError error;
@@ -132,7 +134,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   }
 
   void EnsureOpen(Napi::Env env) {
-    if (!store_) throw MakeError(env, "snapshot_closed", "this snapshot was closed");
+    if (!store_) throw MakeError(env, ErrorCode::kSnapshotClosed, "this snapshot was closed");
   }
 
   // Parses `value` (any JS value) into `addr`; false when it is not an address.
@@ -185,7 +187,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     if (napi_get_cb_info(env, info, argc, arg, nullptr, &data) != napi_ok) return nullptr;
     auto* self = static_cast<SnapshotHandle*>(data);
     if (!self->store_) {
-      MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
+      MakeError(env, ErrorCode::kSnapshotClosed, "this snapshot was closed").ThrowAsJavaScriptException();
       return nullptr;
     }
     self->Sync();
@@ -280,7 +282,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     if (argc >= 1 && ParseValue(env, arg, &addr, text, &len)) {
       written = self->WriteJson(addr, self->snapshot_->Lookup(addr), text, len);
       if (written == 0) {
-        MakeError(env, "snapshot_invalid", self->snapshot_->path() + ": a check result does not fit the JSON buffer")
+        MakeError(env, ErrorCode::kSnapshotInvalid, self->snapshot_->path() + ": a check result does not fit the JSON buffer")
             .ThrowAsJavaScriptException();
         return nullptr;
       }
@@ -295,7 +297,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Value LookupBatch(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EnsureOpen(env);
-    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "lookupBatch(texts: unknown[], from, count)");
+    if (!info[0].IsArray()) throw MakeError(env, ErrorCode::kInvalidArgument, "lookupBatch(texts: unknown[], from, count)");
     Napi::Array texts = info[0].As<Napi::Array>();
     uint32_t from = info[1].As<Napi::Number>().Uint32Value();
     uint32_t count = info[2].As<Napi::Number>().Uint32Value();
@@ -542,7 +544,7 @@ Napi::Value CanonicalAddress(const Napi::CallbackInfo& info) {
 Napi::Value ParseAddressInto(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().ByteLength() < 16) {
-    throw Napi::TypeError::New(env, "parseAddress(text, out: Uint8Array of 16 bytes)");
+    throw MakeError(env, ErrorCode::kInvalidArgument, "parseAddress(text, out: Uint8Array of 16 bytes)");
   }
   Napi::TypedArray out = info[1].As<Napi::TypedArray>();
   uint8_t* bytes = static_cast<uint8_t*>(out.ArrayBuffer().Data()) + out.ByteOffset();
@@ -577,6 +579,9 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("parseAddress", Napi::Function::New(env, ParseAddressInto));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
   exports.Set("formatVersion", kFormatVersion);
+  Napi::Array codes = Napi::Array::New(env, static_cast<unsigned>(ErrorCode::kCount));
+  for (unsigned c = 0; c < static_cast<unsigned>(ErrorCode::kCount); ++c) codes.Set(c, kErrorCodeNames[c]);
+  exports.Set("errorCodes", codes);
   Napi::Object layout = Napi::Object::New(env);
   layout.Set("headerBytes", static_cast<double>(kHeaderBytes));
   layout.Set("entryBytes", static_cast<double>(kEntryBytes));

@@ -66,7 +66,7 @@ const STATUS: Record<number, string> = {
   503: '503 Service Unavailable',
 };
 const JSON_TYPE = 'application/json; charset=utf-8';
-const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
+const PER_SECOND_MESSAGE = ERROR_CODES.rate_limit_exceeded.perSecondMessage;
 
 /**
  * Ends the answer to a HEAD request (inside a cork): the headers GET would

@@ -55,7 +55,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
   ];
   const limited = {
     description:
-      'A limit is exceeded. `message` is "Daily request limit exceeded" or "Per-second request limit exceeded"; ' +
+      `A limit is exceeded. \`message\` is "${ERROR_CODES.rate_limit_exceeded.message}" or "${ERROR_CODES.rate_limit_exceeded.perSecondMessage}"; ` +
       '`retry_after` (also the Retry-After header) is the whole seconds until the window resets (1 for the per-second window).',
     headers: { ...rateHeaderRefs, 'Retry-After': { schema: { type: 'integer' } } },
     content: { 'application/json': { schema: { $ref: '#/components/schemas/RateLimitError' } } },
