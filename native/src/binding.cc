@@ -13,7 +13,9 @@
 //
 // For servers, SnapshotHandle.lookupJson(text) writes the whole check result
 // as JSON bytes into a second buffer instead: the record texts are copied
-// from the map, so the answer reaches the socket without a JS string.
+// from the map, so the answer reaches the socket without a JS string. The
+// texts around them (field names, flags and risk) come from src/result.ts at
+// construction: no field name is written here.
 #include <napi.h>
 
 #include <algorithm>
@@ -81,13 +83,15 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
                         InstanceMethod<&SnapshotHandle::Close>("close")});
   }
 
-  // new SnapshotHandle(dataDir, out, jsonOut, flagsJson)
-  // flagsJson[f] is the JSON text of the check result from `,"is_vpn"` to the
-  // recommendation for the flag bits f (it depends on the risk configuration).
+  // new SnapshotHandle(dataDir, out, jsonOut, jsonTexts)
+  // jsonTexts: the texts WriteJson writes around what it fills in
+  // (src/result.ts ResultJsonTexts); flags[f], from the address's closing
+  // quote to the company's key, depends on the risk configuration.
   explicit SnapshotHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SnapshotHandle>(info) {
     Napi::Env env = info.Env();
-    if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsArray()) {
-      throw MakeError(env, ErrorCode::kInvalidArgument, "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[])");
+    if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsObject()) {
+      throw MakeError(env, ErrorCode::kInvalidArgument,
+                      "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, jsonTexts: object)");
     }
     Napi::ArrayBuffer out = info[1].As<Napi::ArrayBuffer>();
     if (out.ByteLength() < kHeaderBytes + kEntryBytes || reinterpret_cast<uintptr_t>(out.Data()) % 8 != 0) {
@@ -100,11 +104,25 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     json_out_ref_ = Napi::Persistent(json_out);
     json_out_ = static_cast<char*>(json_out.Data());
     json_capacity_ = json_out.ByteLength();
-    Napi::Array flags_json = info[3].As<Napi::Array>();
-    if (flags_json.Length() != 1u << kFlagTableCount) {
-      throw MakeError(env, ErrorCode::kInvalidArgument, "flagsJson needs one text per combination of flags");
+    Napi::Object texts = info[3].As<Napi::Object>();
+    auto text = [&](const char* name) {
+      Napi::Value value = texts.Get(name);
+      if (!value.IsString()) throw MakeError(env, ErrorCode::kInvalidArgument, std::string("jsonTexts.") + name + " must be a string");
+      return value.As<Napi::String>().Utf8Value();
+    };
+    json_open_ = text("open");
+    json_location_ = text("location");
+    json_asn_ = text("asn");
+    json_route_ = text("route");
+    Napi::Value flags = texts.Get("flags");
+    if (!flags.IsArray() || flags.As<Napi::Array>().Length() != 1u << kFlagTableCount) {
+      throw MakeError(env, ErrorCode::kInvalidArgument, "jsonTexts.flags needs one text per combination of flags");
     }
-    for (uint32_t f = 0; f < flags_json.Length(); ++f) flags_json_.push_back(flags_json.Get(f).As<Napi::String>().Utf8Value());
+    for (uint32_t f = 0; f < 1u << kFlagTableCount; ++f) {
+      Napi::Value flag_text = flags.As<Napi::Array>().Get(f);
+      if (!flag_text.IsString()) throw MakeError(env, ErrorCode::kInvalidArgument, "jsonTexts.flags must hold strings");
+      json_flags_.push_back(flag_text.As<Napi::String>().Utf8Value());
+    }
     SnapshotError error;
     store_ = Store::Acquire(info[0].As<Napi::String>().Utf8Value(), &error);
     if (!store_) throw MakeError(env, error.code, error.message);
@@ -231,9 +249,9 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     }
   };
 
-  // Writes the check result of a parsed address as JSON: the shape of spec
-  // 2.1, the same text as JSON.stringify of the object result. Returns the
-  // length, or 0 when it does not fit the buffer.
+  // Writes the check result of a parsed address as JSON: the same text as
+  // JSON.stringify of the object result (src/result.ts defines both). Returns
+  // the length, or 0 when it does not fit the buffer.
   size_t WriteJson(const ParsedAddress& addr, const Answer& t, const char* text, size_t len) {
     JsonOut out{json_out_, json_out_ + json_capacity_};
     char ip[kMaxAddressText];
@@ -241,23 +259,21 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
       len = FormatAddress(addr, ip);
       text = ip;
     }
-    out.Put("{\"ip\":\"");
+    out.Put(json_open_);
     out.Put(text, len);
-    out.Put("\"");
-    out.Put(flags_json_[t.flags & ((1u << kFlagTableCount) - 1)]);
-    out.Put(",\"company\":");
+    out.Put(json_flags_[t.flags & ((1u << kFlagTableCount) - 1)]);
     out.Record(t.company == kNoRecord ? Blob{} : snapshot_->RecordText(kCompanyRecords, t.company));
-    out.Put(",\"location\":");
+    out.Put(json_location_);
     out.Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
-    out.Put(",\"asn\":");
+    out.Put(json_asn_);
     Blob asn = t.asn == kNoRecord ? Blob{} : snapshot_->RecordText(kAsnRecords, t.asn);
     if (asn.size < 2 || asn.data[0] != '{' || asn.data[asn.size - 1] != '}') {
       out.Put("null");
     } else {
-      // {"number":N,"name":"..."} gains the route before its closing brace.
+      // The ASN record gains the route before its closing brace.
       char route[kMaxCidrText];
       out.Put(asn.data, asn.size - 1);
-      out.Put(",\"route\":\"");
+      out.Put(json_route_);
       out.Put(route, FormatRoute(addr, t.asn_len, route));
       out.Put("\"}");
     }
@@ -416,7 +432,11 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Reference<Napi::ArrayBuffer> json_out_ref_;
   char* json_out_ = nullptr;
   size_t json_capacity_ = 0;
-  std::vector<std::string> flags_json_;
+  std::string json_open_;
+  std::vector<std::string> json_flags_;
+  std::string json_location_;
+  std::string json_asn_;
+  std::string json_route_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<const Snapshot> snapshot_;
   uint64_t generation_ = 0;
@@ -579,6 +599,9 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("parseAddress", Napi::Function::New(env, ParseAddressInto));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
   exports.Set("formatVersion", kFormatVersion);
+  Napi::Array tables = Napi::Array::New(env, kTableCount);
+  for (unsigned t = 0; t < kTableCount; ++t) tables.Set(t, kTableNames[t]);
+  exports.Set("tables", tables);
   Napi::Array codes = Napi::Array::New(env, static_cast<unsigned>(ErrorCode::kCount));
   for (unsigned c = 0; c < static_cast<unsigned>(ErrorCode::kCount); ++c) codes.Set(c, kErrorCodeNames[c]);
   exports.Set("errorCodes", codes);

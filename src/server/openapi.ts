@@ -8,10 +8,9 @@ import { readFileSync } from 'node:fs';
 import { API_ERROR_CODES, ERROR_CODES, type ApiErrorCode } from '../errors.js';
 import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './http.js';
 import type { Plan } from '../plans.js';
+import { resultSchemas } from '../result.js';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-
-const nullable = (type: string, extra: object = {}) => ({ type: [type, 'null'], ...extra });
 
 const RATE_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
 const rateHeaderRefs = Object.fromEntries(RATE_HEADERS.map((h) => [h, { $ref: `#/components/headers/${h}` }]));
@@ -103,64 +102,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
             },
           },
         },
-        CheckResult: {
-          type: 'object',
-          description: 'Fields in this order, no others. Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
-          required: ['ip', 'is_vpn', 'is_proxy', 'is_tor', 'is_relay', 'is_hosting', 'risk_score', 'recommendation', 'company', 'location', 'asn'],
-          additionalProperties: false,
-          properties: {
-            ip: { type: 'string', description: 'The canonical text of the address (RFC 5952 for IPv6; IPv4-mapped as ::ffff:a.b.c.d).' },
-            is_vpn: { type: 'boolean' },
-            is_proxy: { type: 'boolean' },
-            is_tor: { type: 'boolean' },
-            is_relay: { type: 'boolean', description: "A device maker's private relay (iCloud Private Relay)." },
-            is_hosting: { type: 'boolean' },
-            risk_score: { type: 'integer', minimum: 0, maximum: 100 },
-            recommendation: { type: 'string', enum: ['allow', 'verify', 'block'] },
-            company: { oneOf: [{ $ref: '#/components/schemas/Company' }, { type: 'null' }] },
-            location: { oneOf: [{ $ref: '#/components/schemas/Location' }, { type: 'null' }] },
-            asn: { oneOf: [{ $ref: '#/components/schemas/Asn' }, { type: 'null' }] },
-          },
-        },
-        Company: {
-          type: 'object',
-          required: ['name', 'type', 'domain'],
-          additionalProperties: false,
-          properties: {
-            name: { type: 'string' },
-            type: {
-              type: 'string',
-              enum: ['hosting', 'isp', 'business', 'education', 'government', 'vpn'],
-              description:
-                'From a provider source (cloud ranges: hosting), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, ' +
-                'else from the organisation name (education, government, hosting, isp), else business.',
-            },
-            domain: nullable('string'),
-          },
-        },
-        Location: {
-          type: 'object',
-          required: ['country', 'country_name', 'city', 'region', 'latitude', 'longitude'],
-          additionalProperties: false,
-          properties: {
-            country: nullable('string', { description: 'ISO 3166-1 alpha-2 code.' }),
-            country_name: nullable('string'),
-            city: nullable('string'),
-            region: nullable('string'),
-            latitude: nullable('number', { description: 'Decimal degrees, 4 places.' }),
-            longitude: nullable('number', { description: 'Decimal degrees, 4 places.' }),
-          },
-        },
-        Asn: {
-          type: 'object',
-          required: ['number', 'name', 'route'],
-          additionalProperties: false,
-          properties: {
-            number: { type: 'integer' },
-            name: nullable('string'),
-            route: { type: 'string', description: 'The most specific announced prefix containing the address, in CIDR.' },
-          },
-        },
+        ...resultSchemas(),
         Error: {
           type: 'object',
           required: ['error', 'message', 'details'],
