@@ -10,7 +10,10 @@ import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './http.js';
 import type { Plan } from '../plans.js';
 import { resultSchemas } from '../result.js';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const { version: VERSION, license: LICENSE } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+  license: string;
+};
 
 const RATE_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
 const rateHeaderRefs = Object.fromEntries(RATE_HEADERS.map((h) => [h, { $ref: `#/components/headers/${h}` }]));
@@ -68,6 +71,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
     info: {
       title: 'IP reputation API',
       version: VERSION,
+      license: { name: LICENSE, identifier: LICENSE },
       description:
         'Classifies one IPv4 or IPv6 address: VPN, proxy, Tor exit, private relay, hosting; a 0-100 risk score and an allow/verify/block ' +
         'recommendation; company, location and ASN data.\n\n' +
@@ -183,6 +187,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         get: {
           operationId: 'health',
           summary: 'Whether the service answers',
+          security: [],
           description: 'No authentication, no rate-limit headers, never limited.',
           responses: {
             '200': { description: 'A snapshot is loaded and the service answers.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Health' } } } },
@@ -191,7 +196,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         },
       },
       '/openapi.json': {
-        get: { operationId: 'openapi', summary: 'This document', responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } } },
+        get: { operationId: 'openapi', summary: 'This document', security: [], responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } } },
       },
     },
     'x-other-answers': {
