@@ -1,16 +1,18 @@
 // The one error registry (src/errors.ts) against every other place that
 // names error codes, as fastify's test/internals/errors.test.js holds its
 // registry to its types and docs: the native addon, the TypeScript that
-// raises them, the OpenAPI document and docs/API.md. A code added, renamed or
+// raises them, the OpenAPI document's responses and docs/API.md's tables. A code added, renamed or
 // dropped on one side only fails here. (That every code raised in TypeScript
 // is a registry key, the compiler checks: IprError and errorBody take an
 // ErrorCode.)
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { ERROR_CODES, IprError } from '../src/errors.js';
+import { API_ERROR_CODES, ERROR_CODES, IprError, type ErrorCode } from '../src/errors.js';
 import { native } from '../src/native.js';
-import { root, testDir } from './helpers.js';
+import { loadPlans } from '../src/plans.js';
+import { openapiDocument } from '../src/server/openapi.js';
+import { markdownTables, root, testDir } from './helpers.js';
 
 const registry = Object.keys(ERROR_CODES);
 
@@ -69,4 +71,42 @@ t.test('every code of the registry is raised somewhere', async (t) => {
     [],
     'no code in the registry that nothing raises',
   );
+});
+
+t.test('docs/API.md lists every code of the registry once, with its status and messages', async (t) => {
+  const sections = ['### Codes of the API', '### Codes of the dashboard', '### Codes of the library and the command line'];
+  const listed = sections.map((heading) => {
+    const [table, ...others] = markdownTables('docs/API.md', heading);
+    t.equal(others.length, 0, `${heading}: one table`);
+    return table!.map(([status, code, message]) => ({ status: Number(status), code: code!.replace(/`/g, ''), messages: [...message!.matchAll(/"([^"]*)"/g)].map((m) => m[1]) }));
+  });
+  const all = listed.flat();
+  t.same(all.map((row) => row.code).sort(), [...registry].sort(), 'the codes of the three tables are the registry');
+  for (const row of all) {
+    const entry = ERROR_CODES[row.code as ErrorCode];
+    if (entry === undefined) continue;
+    const messages = 'perSecondMessage' in entry ? [entry.message, entry.perSecondMessage] : [entry.message];
+    t.same({ status: row.status, messages: row.messages }, { status: entry.status, messages }, row.code);
+  }
+  t.same(listed[0]!.map((row) => row.code), [...API_ERROR_CODES], "the API's table is API_ERROR_CODES");
+});
+
+t.test('the OpenAPI document answers with the API codes, and only them', async (t) => {
+  const document = openapiDocument(loadPlans()) as any;
+  const codes = new Set<string>(Object.keys(document['x-other-answers'].codes));
+  // The codes each response allows: the enum or const of its `error` property,
+  // through $refs but for the Error schema's own list of every code.
+  const resolve = (ref: string) => ref.slice(2).split('/').reduce((node, part) => node[part], document);
+  const collect = (value: unknown, key: string | null): void => {
+    if (Array.isArray(value)) return value.forEach((v) => collect(v, null));
+    if (value === null || typeof value !== 'object') return;
+    const node = value as Record<string, unknown>;
+    if (key === 'error') [node.enum ?? node.const].flat().forEach((code) => code !== undefined && codes.add(code as string));
+    for (const [k, v] of Object.entries(node)) {
+      if (k === '$ref' && v !== '#/components/schemas/Error') collect(resolve(v as string), null);
+      else collect(v, k);
+    }
+  };
+  for (const operations of Object.values<any>(document.paths)) for (const operation of Object.values<any>(operations)) collect(operation.responses, null);
+  t.same([...codes].sort(), [...API_ERROR_CODES].sort());
 });

@@ -1,7 +1,7 @@
 // The check result is defined once, in src/result.ts; what is not made from
 // it is held to it here: the addon's table order, and the field order of the
 // records the pipeline writes and lookup() answers, on the full real-data
-// snapshot. (The JSON the addon writes for servers is held to lookup()'s
+// snapshot, and the field tables of docs/API.md. (The JSON the addon writes for servers is held to lookup()'s
 // objects in test/differential.test.ts.)
 import t from 'tap';
 import { seededAddresses } from '../bench/addresses.js';
@@ -18,7 +18,7 @@ import {
   resultTemplate,
   TABLES,
 } from '../src/result.js';
-import { fullDataDir } from './helpers.js';
+import { fullDataDir, markdownTables } from './helpers.js';
 
 t.test("the addon's tables are TABLES, in order", async (t) => {
   t.same(native.tables, [...TABLES]);
@@ -71,4 +71,16 @@ t.test('answers on real data have the fields of the definition, in its order, at
     [],
     `company types ${[...types].sort().join(', ')} are all COMPANY_TYPES`,
   );
+});
+
+t.test('docs/API.md lists the fields of the definition, in its order', async (t) => {
+  const [result, company, location, asn, ...others] = markdownTables('docs/API.md', '## The check result');
+  t.equal(others.length, 0, 'four field tables');
+  const names = (table: string[][] | undefined) => (table ?? []).map(([cell]) => cell!.replace(/`/g, ''));
+  t.same(names(result), Object.keys(CHECK_RESULT_FIELDS), 'the check result');
+  t.same(names(company), Object.keys(COMPANY_FIELDS), 'company');
+  t.same(names(location), Object.keys(LOCATION_FIELDS), 'location');
+  t.same(names(asn), Object.keys(ASN_FIELDS), 'asn');
+  const typeRow = company!.find(([cell]) => cell === '`type`')!;
+  t.same([...typeRow[2]!.matchAll(/`([a-z]+)`/g)].map((m) => m[1]), [...COMPANY_TYPES], 'the company types');
 });
