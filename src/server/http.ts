@@ -1,6 +1,6 @@
 /**
  * The HTTP API of one worker thread, on uWebSockets.js: routes, the order of
- * checks of decisions.md, and the exact status, headers and body of every
+ * checks of docs/API.md, and the exact status, headers and body of every
  * answer. State shared between workers (the snapshot mapping, the limit
  * counters, the account store) is passed in.
  *
@@ -23,7 +23,7 @@ import type { AccessLog } from '../log.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 import type { Plan } from '../plans.js';
 
-/** decisions.md: a /v1/check body over 8 KiB is refused. */
+/** docs/API.md "Request size": a /v1/check body over 8 KiB is refused. */
 export const MAX_CHECK_BODY = 8 * 1024;
 /** A batch of 1,000 full-length IPv6 addresses fits. */
 export const MAX_BATCH_BODY = 64 * 1024;
