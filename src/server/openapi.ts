@@ -1,14 +1,16 @@
 /**
  * The OpenAPI 3.1 document of the whole API, built from the error registry
- * (errors.ts) and the plans, so the document, the server and the tests list
- * the same codes. `npm run openapi` writes it to openapi.json; the server
+ * (errors.ts), the check result's definition (result.ts), the plans and the
+ * default risk configuration, so the document, the server and the tests list
+ * the same codes and fields. `npm run openapi` writes it to openapi.json; the server
  * serves it at /v1/openapi.json; test/http-openapi.test.ts checks both.
  */
 import { readFileSync } from 'node:fs';
 import { API_ERROR_CODES, ERROR_CODES, type ApiErrorCode } from '../errors.js';
 import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './http.js';
 import type { Plan } from '../plans.js';
-import { resultSchemas } from '../result.js';
+import { FLAG_TABLES, resultSchemas } from '../result.js';
+import { DEFAULT_RISK_CONFIG_PATH, loadRiskConfig } from '../risk.js';
 
 const { version: VERSION, license: LICENSE } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -33,6 +35,7 @@ function errorResponse(description: string, codes: ApiErrorCode[], rateLimited: 
 }
 
 export function openapiDocument(plans: Map<string, Plan>): object {
+  const risk = loadRiskConfig(DEFAULT_RISK_CONFIG_PATH);
   const planRows = [...plans.values()]
     .map((p) => `| ${p.name} | ${p.requestsPerDay === null ? 'unlimited' : p.requestsPerDay.toLocaleString('en-US')} | ${p.requestsPerSecond} |`)
     .join('\n');
@@ -79,8 +82,9 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         'Every authenticated request that passes the limits counts against the quota, including ones that then fail validation; ' +
         '401 and 429 answers do not count. Requests without a valid key are limited per client address.\n\n' +
         `Limits per key, by plan:\n\n| plan | requests per day | requests per second |\n|---|---|---|\n${planRows}\n\n` +
-        'Risk score: the sum of the points of the flags (tor 80, vpn 60, proxy 50, relay 40, hosting 30 by default), capped at 100; ' +
-        'recommendation `block` from 70, `verify` from 40, else `allow` (operators can change both).\n\n' +
+        `Risk score: the sum of the points of the flags (${FLAG_TABLES.map((flag) => `${flag} ${risk.points[`is_${flag}`]}`).join(', ')} by default), ` +
+        `capped at ${risk.cap}; recommendation \`block\` from ${risk.block_from}, \`verify\` from ${risk.verify_from}, else \`allow\` ` +
+        '(operators can change both).\n\n' +
         'Data: X4BNet lists_vpn (MIT), Tor exit lists, iCloud Private Relay egress ranges, monosans/proxy-list (MIT), lord-alfred/ipranges (CC0), ' +
         '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0).',
     },
