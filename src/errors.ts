@@ -5,7 +5,7 @@
  * API codes to their status; the OpenAPI document and the tests read this table.
  */
 export const ERROR_CODES = {
-  // Answers of the API (interface-spec.md section 7 and decisions.md).
+  // Answers of the API (docs/API.md "Codes of the API").
   invalid_ip: { status: 400, message: 'The IP address format is invalid' },
   missing_ip: { status: 400, message: 'The request body has no ip field' },
   invalid_json: { status: 400, message: 'The request body is not a JSON object' },
@@ -16,10 +16,10 @@ export const ERROR_CODES = {
   method_not_allowed: { status: 405, message: 'Method not allowed on this endpoint' },
   payload_too_large: { status: 413, message: 'The request body is too large' },
   unsupported_media_type: { status: 415, message: 'Content-Type must be application/json' },
-  rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded' },
+  // The same code for both windows; the message says which one refused.
+  rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded', perSecondMessage: 'Per-second request limit exceeded' },
   internal_error: { status: 500, message: 'Server error' },
-  unavailable: { status: 503, message: 'The service is starting or shutting down' },
-  // Operator-side failures: snapshots, sources, builds.
+  // Operator-side failures: snapshots, sources, builds (docs/API.md "Codes of the library and the command line").
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
   snapshot_version: { status: 503, message: 'The snapshot has another format version' },
@@ -34,12 +34,12 @@ export const ERROR_CODES = {
   write_failed: { status: 500, message: 'The snapshot could not be written' },
   data_busy: { status: 409, message: 'Another build, update or rollback is running in the data folder' },
   no_earlier_snapshot: { status: 404, message: 'There is no earlier snapshot to roll back to' },
-  store_unavailable: { status: 500, message: 'The account store could not be opened' },
+  store_unavailable: { status: 503, message: 'The customer store cannot be reached' },
   account_exists: { status: 409, message: 'An account with this email exists' },
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
-  // Answers of the dashboard's JSON endpoints (src/dashboard), beside the API codes above.
+  // Answers of the dashboard's JSON endpoints (docs/API.md "Codes of the dashboard"), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },
   signed_out: { status: 401, message: 'Sign in first' },
@@ -67,12 +67,11 @@ export const API_ERROR_CODES = [
   'unsupported_media_type',
   'rate_limit_exceeded',
   'internal_error',
-  'unavailable',
 ] as const satisfies readonly ErrorCode[];
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
 
 /**
- * The error body every HTTP answer uses (spec section 2.3): the API's, the
+ * The error body every HTTP answer uses (docs/API.md "Errors"): the API's, the
  * dashboard's and the admin port's.
  */
 export function errorBody(code: ErrorCode, details: Record<string, unknown> = {}, message: string = ERROR_CODES[code].message): string {
@@ -131,7 +130,7 @@ function jsonPrefix(value: unknown, max: number): string {
   return out;
 }
 
-/** The input of a rejected address as decisions.md shows it: text, cut to 64 characters. */
+/** The input of a rejected address as an invalid_ip error shows it (docs/API.md "Errors"): text, cut to 64 characters. */
 export function inputAsText(input: unknown): string {
   let text: string;
   if (typeof input === 'string') {

@@ -10,16 +10,12 @@ export {
   canonicalAddress,
   Snapshot,
   type OpenOptions,
-  type CheckResult,
   type LookupError,
-  type Company,
-  type CompanyType,
-  type Location,
-  type Asn,
   type SnapshotInfo,
   type SourceInfo,
 } from './snapshot.js';
+export type { CheckResult, Company, CompanyType, Location, Asn, Recommendation } from './result.js';
 export { buildSnapshot, type BuildOptions, type BuildSummary, type BuildProgress } from './pipeline/build.js';
 export { loadSources, type Source, type SourcesConfig } from './pipeline/sources.js';
 export { IprError, ERROR_CODES, type ErrorCode } from './errors.js';
-export { loadRiskConfig, riskTable, type RiskConfig, type Recommendation } from './risk.js';
+export { loadRiskConfig, riskTable, type RiskConfig } from './risk.js';

@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { IprError } from './errors.js';
+import type { ResultJsonTexts } from './result.js';
 
 /** Words of one lookup entry (binding.cc documents the layout). */
 export const Entry = {
@@ -18,10 +19,6 @@ export const Entry = {
   IpTextLength: 6,
   RouteTextLength: 7,
 } as const;
-
-/** Table ids of the native side (snapshot_format.h); the first five are flags. */
-export const Table = { Tor: 0, Vpn: 1, Proxy: 2, Relay: 3, Hosting: 4, Asn: 5, Geo: 6 } as const;
-export type Table = (typeof Table)[keyof typeof Table];
 
 export const RecordKind = { Company: 0, Asn: 1, Location: 2 } as const;
 export type RecordKind = (typeof RecordKind)[keyof typeof RecordKind];
@@ -64,6 +61,8 @@ export interface NativeSnapshotInfo {
   path: string;
   meta: string;
   formatVersion: number;
+  /** The names of the tables, in the addon's order (native/src/snapshot_format.h): src/result.ts TABLES. */
+  tables: string[];
   builtAtMs: number;
   fileBytes: number;
   checksum: bigint;
@@ -81,7 +80,8 @@ export interface NativeCompileStats {
 }
 
 export interface NativeSnapshotWriter {
-  add(table: Table, family: 4 | 6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, count: number): void;
+  /** `table`: a TABLE_ID of src/result.ts. */
+  add(table: number, family: 4 | 6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, count: number): void;
   setAsnAttributes(flags: Uint8Array, companies: Uint32Array): void;
   setRecords(kind: RecordKind, bytes: Uint8Array, offsets: Uint32Array): void;
   compile(): NativeCompileStats;
@@ -89,8 +89,7 @@ export interface NativeSnapshotWriter {
 }
 
 interface NativeAddon {
-  /** `flagsJson[f]`: the check result's text from `,"is_vpn"` to the recommendation for flag bits f. */
-  SnapshotHandle: new (dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[]) => NativeSnapshotHandle;
+  SnapshotHandle: new (dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, jsonTexts: ResultJsonTexts) => NativeSnapshotHandle;
   SnapshotWriter: new () => NativeSnapshotWriter;
   canonicalAddress(text: unknown): string | null;
   parseAddress(text: string, out: Uint8Array): 0 | 4 | 6;
@@ -99,7 +98,11 @@ interface NativeAddon {
   mapChangeCounter(path: string): ArrayBuffer;
   /** Adds one to a counter mapChangeCounter returned, atomically across processes; returns the new value. */
   bumpChangeCounter(counter: ArrayBuffer): number;
+  /** The codes of the errors the addon throws (native/src/error_codes.h), each a key of ERROR_CODES. */
+  errorCodes: string[];
   formatVersion: number;
+  /** The names of the tables, in the addon's order (native/src/snapshot_format.h): src/result.ts TABLES. */
+  tables: string[];
   layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number };
 }
 

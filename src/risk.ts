@@ -1,5 +1,5 @@
 /**
- * Risk score and recommendation (decisions.md): the points of every flag an
+ * Risk score and recommendation (docs/API.md "Risk score"): the points of every flag an
  * address has, summed and capped; the recommendation follows two thresholds.
  * Weights and thresholds live in config/risk.json; an operator may point
  * IPR_RISK_CONFIG (or the `riskConfig` option) at another file.
@@ -7,11 +7,13 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { IprError } from './errors.js';
+import { FLAG_BIT, FLAG_TABLES, type FlagField, type Recommendation } from './result.js';
 
-export type Recommendation = 'allow' | 'verify' | 'block';
+export type { Recommendation } from './result.js';
 
 export interface RiskConfig {
-  points: { is_tor: number; is_vpn: number; is_proxy: number; is_relay: number; is_hosting: number };
+  /** By the check result's field of each flag. */
+  points: Record<FlagField, number>;
   cap: number;
   verify_from: number;
   block_from: number;
@@ -24,9 +26,6 @@ export interface Risk {
 
 export const DEFAULT_RISK_CONFIG_PATH = fileURLToPath(new URL('../config/risk.json', import.meta.url));
 
-/** Flag bits as the native tables number them (snapshot_format.h). */
-export const FLAG = { tor: 1, vpn: 2, proxy: 4, relay: 8, hosting: 16 } as const;
-
 export function loadRiskConfig(file: string = process.env.IPR_RISK_CONFIG ?? DEFAULT_RISK_CONFIG_PATH): RiskConfig {
   let parsed: unknown;
   try {
@@ -36,7 +35,7 @@ export function loadRiskConfig(file: string = process.env.IPR_RISK_CONFIG ?? DEF
   }
   const c = parsed as RiskConfig;
   const numbers = [c?.cap, c?.verify_from, c?.block_from, ...Object.values(c?.points ?? {})];
-  const keys = ['is_tor', 'is_vpn', 'is_proxy', 'is_relay', 'is_hosting'];
+  const keys = FLAG_TABLES.map((flag): FlagField => `is_${flag}`);
   if (
     !keys.every((k) => Number.isInteger((c.points as Record<string, unknown>)?.[k])) ||
     !numbers.every((n) => Number.isInteger(n) && (n as number) >= 0 && (n as number) <= 100) ||
@@ -53,14 +52,9 @@ export function loadRiskConfig(file: string = process.env.IPR_RISK_CONFIG ?? DEF
 /** The risk of each of the 32 flag combinations, indexed by flag bits. */
 export function riskTable(config: RiskConfig): Risk[] {
   const table: Risk[] = [];
-  for (let flags = 0; flags < 32; flags++) {
-    const p = config.points;
-    const sum =
-      (flags & FLAG.tor ? p.is_tor : 0) +
-      (flags & FLAG.vpn ? p.is_vpn : 0) +
-      (flags & FLAG.proxy ? p.is_proxy : 0) +
-      (flags & FLAG.relay ? p.is_relay : 0) +
-      (flags & FLAG.hosting ? p.is_hosting : 0);
+  for (let flags = 0; flags < 1 << FLAG_TABLES.length; flags++) {
+    let sum = 0;
+    for (const flag of FLAG_TABLES) if (flags & FLAG_BIT[flag]) sum += config.points[`is_${flag}`];
     const score = Math.min(sum, config.cap);
     const recommendation: Recommendation =
       score >= config.block_from ? 'block' : score >= config.verify_from ? 'verify' : 'allow';

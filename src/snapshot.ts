@@ -1,6 +1,7 @@
 /**
  * The public lookup API: `openSnapshot(dir)` opens the snapshot published in a
- * data folder and answers check results (interface-spec.md 2.1).
+ * data folder and answers check results (src/result.ts, docs/API.md "The
+ * check result").
  *
  * One call into the addon per address (or per batch of up to BATCH
  * addresses): it fills an entry of numbers in a buffer this object owns, and
@@ -10,50 +11,10 @@
  */
 import { IprError, invalidIp } from './errors.js';
 import { Entry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
-import { FLAG, loadRiskConfig, riskTable, type Recommendation, type Risk, type RiskConfig } from './risk.js';
+import { loadRiskConfig, riskTable, type RiskConfig } from './risk.js';
+import { resultJsonTexts, resultTemplate, type Asn, type CheckResult, type Company, type Location } from './result.js';
 
-export type CompanyType = 'hosting' | 'isp' | 'business' | 'education' | 'government' | 'vpn';
-
-export interface Company {
-  name: string;
-  type: CompanyType;
-  domain: string | null;
-}
-
-export interface Location {
-  /** ISO 3166-1 alpha-2 code. */
-  country: string | null;
-  country_name: string | null;
-  city: string | null;
-  region: string | null;
-  /** Decimal degrees, rounded to 4 places (about 11 m). */
-  latitude: number | null;
-  longitude: number | null;
-}
-
-export interface Asn {
-  number: number;
-  name: string | null;
-  /** The most specific prefix of the ASN table that contains the address, in CIDR. */
-  route: string;
-}
-
-/** A check result, field for field and in the order of interface-spec.md 2.1. */
-export interface CheckResult {
-  ip: string;
-  is_vpn: boolean;
-  is_proxy: boolean;
-  is_tor: boolean;
-  is_relay: boolean;
-  is_hosting: boolean;
-  risk_score: number;
-  recommendation: Recommendation;
-  company: Company | null;
-  location: Location | null;
-  asn: Asn | null;
-}
-
-/** What lookupMany answers for an entry that is not an address (the error body of spec 2.3). */
+/** What lookupMany answers for an entry that is not an address (the error body, docs/API.md "Errors"). */
 export interface LookupError {
   error: 'invalid_ip';
   message: string;
@@ -148,11 +109,6 @@ class RecordTable<T> {
   }
 }
 
-interface AsnRecord {
-  number: number;
-  name: string | null;
-}
-
 export class Snapshot {
   readonly #handle: NativeSnapshotHandle;
   readonly #out: ArrayBuffer;
@@ -162,10 +118,11 @@ export class Snapshot {
   readonly #json: Buffer;
   /** Views of the JSON buffer's start by length, made once: a server answers with one per request. */
   readonly #jsonViews: (Buffer | undefined)[] = Array.from({ length: JSON_VIEWS }, () => undefined);
-  readonly #risk: Risk[];
+  /** By flag bits: the result of those flags, to be copied and filled in. */
+  readonly #templates: CheckResult[];
   #generation = -1;
   #companies!: RecordTable<Company>;
-  #asns!: RecordTable<AsnRecord>;
+  #asns!: RecordTable<Omit<Asn, 'route'>>;
   #locations!: RecordTable<Location>;
   #meta: { path: string; meta: SnapshotInfo['meta'] } | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -173,20 +130,14 @@ export class Snapshot {
 
   /** Use {@link openSnapshot}. */
   constructor(dataDir: string, options: OpenOptions = {}) {
-    this.#risk = riskTable(typeof options.risk === 'object' ? options.risk : loadRiskConfig(options.risk));
-    // Per flag combination: the JSON text from `,"is_vpn"` to the recommendation.
-    const flagsJson = this.#risk.map(
-      (risk, flags) =>
-        `,"is_vpn":${(flags & FLAG.vpn) !== 0},"is_proxy":${(flags & FLAG.proxy) !== 0},"is_tor":${(flags & FLAG.tor) !== 0}` +
-        `,"is_relay":${(flags & FLAG.relay) !== 0},"is_hosting":${(flags & FLAG.hosting) !== 0}` +
-        `,"risk_score":${risk.score},"recommendation":"${risk.recommendation}"`,
-    );
+    const risks = riskTable(typeof options.risk === 'object' ? options.risk : loadRiskConfig(options.risk));
+    this.#templates = risks.map((risk, flags) => resultTemplate(flags, risk.score, risk.recommendation));
     this.#out = new ArrayBuffer(headerBytes + entryBytes * BATCH);
     this.#words = new Uint32Array(this.#out);
     this.#text = Buffer.from(this.#out);
     const jsonOut = new ArrayBuffer(JSON_BYTES);
     this.#json = Buffer.from(jsonOut);
-    this.#handle = new native.SnapshotHandle(dataDir, this.#out, jsonOut, flagsJson);
+    this.#handle = new native.SnapshotHandle(dataDir, this.#out, jsonOut, resultJsonTexts(this.#templates));
     this.#syncRecords();
     this.info();
     if (options.watch) {
@@ -202,7 +153,7 @@ export class Snapshot {
 
   /**
    * The check result for one address. Throws an IprError `invalid_ip` when
-   * `ip` is not an address under decisions.md's strict rules.
+   * `ip` is not an address under the strict rules of docs/API.md "Addresses".
    */
   lookup(ip: string): CheckResult {
     this.#assertOpen();
@@ -362,36 +313,29 @@ export class Snapshot {
     if (this.#words[0] !== this.#generation) this.#syncRecords();
     const w = (headerBytes + entryBytes * entry) >> 2;
     const words = this.#words;
-    const flags = words[w + Entry.Flags]!;
     const ipLength = words[w + Entry.IpTextLength]!;
     const textAt = headerBytes + entryBytes * entry + entryTextOffset;
-    const risk = this.#risk[flags]!;
     const company = words[w + Entry.Company]!;
-    const asnId = words[w + Entry.Asn]!;
+    const asn = words[w + Entry.Asn]!;
     const location = words[w + Entry.Location]!;
-    let asn: Asn | null = null;
-    if (asnId !== NO_RECORD) {
-      const record = this.#asns.get(asnId);
+    // A copy of the template keeps the definition's field order, and every
+    // result the same hidden class.
+    const result = { ...this.#templates[words[w + Entry.Flags]!]! };
+    result.ip = ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength);
+    if (company !== NO_RECORD) result.company = this.#companies.get(company);
+    if (location !== NO_RECORD) result.location = this.#locations.get(location);
+    if (asn !== NO_RECORD) {
       const routeAt = textAt + ipLength;
-      asn = {
+      const record = this.#asns.get(asn);
+      // A literal, not a spread of the frozen record (ten times slower); its
+      // field order is held to ASN_FIELDS by test/result.test.ts.
+      result.asn = {
         number: record.number,
         name: record.name,
         route: this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!),
       };
     }
-    return {
-      ip: ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength),
-      is_vpn: (flags & FLAG.vpn) !== 0,
-      is_proxy: (flags & FLAG.proxy) !== 0,
-      is_tor: (flags & FLAG.tor) !== 0,
-      is_relay: (flags & FLAG.relay) !== 0,
-      is_hosting: (flags & FLAG.hosting) !== 0,
-      risk_score: risk.score,
-      recommendation: risk.recommendation,
-      company: company === NO_RECORD ? null : this.#companies.get(company),
-      location: location === NO_RECORD ? null : this.#locations.get(location),
-      asn,
-    };
+    return result;
   }
 }
 

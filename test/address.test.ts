@@ -1,4 +1,4 @@
-// The strict address parser and canonical text (decisions.md "Requests").
+// The strict address parser and canonical text (docs/API.md "Addresses").
 import t from 'tap';
 import { canonicalAddress } from '../src/index.js';
 

@@ -4,7 +4,7 @@
  * from chosen sources in a test's own folder.
  */
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Test } from 'tap';
@@ -72,4 +72,34 @@ export function runIpr(...args: string[]): Promise<{ code: number | null; stdout
     child.once('error', reject);
     child.once('close', (code) => resolve({ code, stdout, stderr }));
   });
+}
+
+/**
+ * The tables of a section of a Markdown document of the repository (from the
+ * heading `heading`, exactly as written, to the next heading as high or
+ * higher): each table its rows, each row its cells, without the header row.
+ */
+export function markdownTables(file: string, heading: string): string[][][] {
+  const lines = readFileSync(path.join(root, file), 'utf8').split('\n');
+  const start = lines.indexOf(heading);
+  if (start < 0) throw new Error(`${file} has no heading "${heading}"`);
+  const level = heading.indexOf(' ');
+  const tables: string[][][] = [];
+  let table: string[][] | null = null;
+  for (const line of lines.slice(start + 1)) {
+    const hashes = /^(#+) /.exec(line)?.[1]?.length;
+    if (hashes !== undefined && hashes <= level) break;
+    if (!line.startsWith('|')) {
+      table = null;
+      continue;
+    }
+    if (table === null) {
+      table = [];
+      tables.push(table);
+      continue; // the header row
+    }
+    if (/^\|[-| :]+\|$/.test(line)) continue; // the separator row
+    table.push(line.slice(1, -1).split('|').map((cell) => cell.trim()));
+  }
+  return tables;
 }

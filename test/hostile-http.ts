@@ -5,7 +5,7 @@
  * Two classes:
  * - requests whose framing uWebSockets.js 20.30 parses (the "wire" rules
  *   below, found by trying them one by one): their answer is computed here
- *   from decisions.md, the order of checks in src/server/api.ts and a
+ *   from docs/API.md, the order of checks in src/server/api.ts and a
  *   reference snapshot, exactly (status, error body, the headers that matter);
  * - requests whose framing it does not parse (broken request lines, header
  *   lines, chunking, lengths): uWS answers nothing and closes the connection
@@ -46,7 +46,7 @@ export interface FuzzContext {
   openapi: string;
   /** Addresses the valid requests ask about. */
   addresses: string[];
-  /** Requests per second allowed without a valid key (decisions.md: 20). */
+  /** Requests per second allowed without a valid key (docs/API.md "Limits": 20). */
   unkeyedPerSecond: number;
 }
 
@@ -118,7 +118,7 @@ const PRINTABLE = ' !"#$%&\'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[
 const TOKEN = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-';
 const ADDRESS_CHARS = '0123456789abcdefABCDEF:.:./%[] x-';
 
-/** Address forms decisions.md rejects, and some it accepts, beside random ones. */
+/** Address forms docs/API.md rejects, and some it accepts, beside random ones. */
 const ADDRESS_FORMS = [
   '', ' ', '8.8.8.8 ', ' 8.8.8.8', '8.8.8', '8.8.8.8.8', '010.1.1.1', '1.1.1.01', '0x8.8.8.8', '256.1.1.1', '1.2.3.-1',
   '8.8.8.8/32', '8.8.8.8:53', '[::1]', '[::1]:80', 'fe80::1%eth0', 'fe80::1%25eth0', '1::2::3', ':::', '1:2:3:4:5:6:7:8:9',
@@ -179,7 +179,7 @@ function wire(p: Parsed, random: Random): Buffer {
 }
 
 /**
- * The answers decisions.md requires for a parseable request, in the order
+ * The answers docs/API.md requires for a parseable request, in the order
  * src/server/api.ts checks: path and method, authentication (401/403 with
  * the per-address window, or 429 once the address used it up), the declared
  * and actual body size (413, the body passed over), the content type (415),

@@ -9,7 +9,7 @@ import { accountStore, accountWithKey, check, exchange, request, startServer } f
 
 const FIELDS = ['ip', 'is_vpn', 'is_proxy', 'is_tor', 'is_relay', 'is_hosting', 'risk_score', 'recommendation', 'company', 'location', 'asn'];
 
-t.test('check answers: 200, the spec fields in order, rate-limit headers', async (t) => {
+t.test('check answers: 200, the fields in the order of docs/API.md, rate-limit headers', async (t) => {
   const server = await startServer(t);
   const store = accountStore(t, server.dataDir);
   const key = await accountWithKey(store, 'starter@example.com', 'starter');

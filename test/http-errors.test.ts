@@ -1,4 +1,4 @@
-// Every bad request of decisions.md gets its exact status and error body:
+// Every bad request of docs/API.md gets its exact status and error body:
 // keys (missing, malformed, unknown, revoked, suspended, wrong source),
 // content type, body size and shape, the ip field, every invalid address
 // form; and the order of the checks.

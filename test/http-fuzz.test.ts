@@ -1,6 +1,6 @@
 // HTTP fuzzing: a seeded stream of hostile requests (test/hostile-http.ts)
 // over raw TCP connections, pipelined, against a real server. Every request
-// uWS parses gets exactly the answer decisions.md requires (valid ones the
+// uWS parses gets exactly the answer docs/API.md requires (valid ones the
 // reference snapshot's answer, byte for byte); requests with broken framing
 // get no answer and a closed connection; nothing answers 500 or malformed
 // HTTP, and no worker dies. IPR_FUZZ_REQUESTS and IPR_FUZZ_SEED run more;

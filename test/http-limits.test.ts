@@ -1,4 +1,4 @@
-// Limits per key and plan (decisions.md), on the server's test clock: daily
+// Limits per key and plan (docs/API.md "Limits"), on the server's test clock: daily
 // and per-second windows and their headers, day rollover, the per-address
 // limit for requests without a valid key, exactness under concurrency across
 // worker threads, and usage that survives restarts (kill -9 included).
@@ -10,7 +10,7 @@ import { accountStore, accountWithKey, check, dataDirWithFullSnapshot, plansFile
 const NOON = Date.parse('2026-03-01T12:00:00.000Z');
 const MIDNIGHT = Date.parse('2026-03-02T00:00:00.000Z') / 1000;
 
-/** The spec's plans and small ones that make limits quick to reach. */
+/** The default plans and small ones that make limits quick to reach. */
 const SMALL_PLANS: Record<string, [number | null, number]> = {
   five_a_day: [5, 100],
   fifty_a_day: [50, 1000],

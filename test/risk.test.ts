@@ -1,4 +1,4 @@
-// Risk score and recommendation (decisions.md): additive points, capped,
+// Risk score and recommendation (docs/API.md "Risk score"): additive points, capped,
 // thresholds, from the configuration file; and every lookup follows them.
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -9,7 +9,7 @@ import { fullDataDir, testDir } from './helpers.js';
 
 const TOR = 1, VPN = 2, PROXY = 4, RELAY = 8, HOSTING = 16;
 
-t.test('the defaults of decisions.md', async (t) => {
+t.test('the defaults of docs/API.md', async (t) => {
   const table = riskTable(loadRiskConfig());
   const cases: [number, number, string][] = [
     [0, 0, 'allow'],
@@ -19,7 +19,7 @@ t.test('the defaults of decisions.md', async (t) => {
     [VPN, 60, 'verify'],
     [RELAY | HOSTING, 70, 'block'],
     [TOR, 80, 'block'],
-    [VPN | HOSTING, 90, 'block'], // decisions.md's example
+    [VPN | HOSTING, 90, 'block'], // docs/API.md's example
     [TOR | VPN | PROXY | RELAY | HOSTING, 100, 'block'], // 260, capped
   ];
   for (const [flags, score, recommendation] of cases) t.same(table[flags], { score, recommendation }, `flags ${flags}`);

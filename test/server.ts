@@ -55,7 +55,7 @@ export function dataDirWithSnapshotCopy(t: Test, name = 'data'): string {
 }
 
 /**
- * A plans file with the spec's plans and `extra` ones (name: [per day or
+ * A plans file with the default plans and `extra` ones (name: [per day or
  * null, per second]), for IPR_PLANS_CONFIG.
  */
 export function plansFile(t: Test, extra: Record<string, [number | null, number]>): string {

@@ -66,7 +66,7 @@ t.test('/0 covers every public address; special-purpose space stays empty', asyn
   }
   t.equal(matched(s, '8.8.8.8'), 'host', '/32');
   t.equal(matched(s, '2001:4860:4860::8888'), 'host', '/128');
-  // decisions.md: special-purpose addresses answer nothing, whatever a feed says.
+  // docs/API.md: special-purpose addresses answer nothing, whatever a feed says.
   for (const ip of ['0.0.0.0', '10.0.0.1', '100.64.0.1', '127.0.0.1', '169.254.1.1', '172.16.0.1', '192.0.2.1', '192.168.1.1', '198.18.0.1', '198.51.100.1', '203.0.113.1', '224.0.0.1', '240.0.0.1', '255.255.255.255', '::', '::1', '::1.2.3.4', 'fc00::1', 'fe80::1', 'ff02::1', '2001:db8::1', '::ffff:10.0.0.1']) {
     const r = s.lookup(ip);
     t.same(

@@ -5,7 +5,7 @@
 //   - ParseAddress accepts exactly what ParseIPv4 (no colon) or ParseIPv6
 //     (a colon) accepts, with the same value; IPv4-mapped IPv6 parses to the
 //     IPv4 address with `mapped` set.
-//   - glibc's inet_pton is the independent reference: decisions.md's grammar
+//   - glibc's inet_pton is the independent reference: docs/API.md's grammar
 //     (four decimal octets without leading zeros; RFC 4291 with an optional
 //     IPv4 tail) is exactly what it accepts, so both must agree on accept and
 //     value for every input without a NUL byte.

@@ -496,9 +496,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::shared_ptr<const Snapshot> snapshot = Snapshot::Open(base->work_path, &error);
   if (!snapshot) {
     const std::string prefix = "snapshot " + base->work_path + ": ";
-    if ((error.code != "snapshot_invalid" && error.code != "snapshot_version" && error.code != "snapshot_missing") ||
+    if ((error.code != ErrorCode::kSnapshotInvalid && error.code != ErrorCode::kSnapshotVersion &&
+         error.code != ErrorCode::kSnapshotMissing) ||
         error.message.compare(0, prefix.size(), prefix) != 0 || error.message.size() == prefix.size()) {
-      Die("a refusal without a proper error: [" + error.code + "] " + error.message);
+      Die(std::string("a refusal without a proper error: [") + ErrorCodeName(error.code) + "] " + error.message);
     }
     CountOutcome("refused: " + error.message.substr(prefix.size()));
     return 0;

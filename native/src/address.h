@@ -1,6 +1,6 @@
 // Strict IP address text parsing and canonical formatting.
 //
-// The accepted grammar is decisions.md's: IPv4 as exactly four decimal octets
+// The accepted grammar is docs/API.md's ("Addresses"): IPv4 as exactly four decimal octets
 // without leading zeros; IPv6 per RFC 4291 (one "::" at most, an embedded IPv4
 // tail allowed in the last 32 bits). Everything else is rejected: surrounding
 // spaces, zone ids, CIDR suffixes, brackets, octal/hex/short IPv4 forms.

@@ -14,9 +14,11 @@
 //
 // For servers, SnapshotHandle.lookupJson(text) writes the whole check result
 // as JSON bytes into a second buffer instead: the record texts are copied
-// from the map, so the answer reaches the socket without a JS string.
-// lookupBody(bytes) does the same from a request body of the usual form
-// (request_body.h), and lookupBatchJson(texts) writes a whole batch answer.
+// from the map, so the answer reaches the socket without a JS string. The
+// texts around them (field names, flags and risk) come from src/result.ts at
+// construction: no field name is written here. lookupBody(bytes) does the
+// same from a request body of the usual form (request_body.h), and
+// lookupBatchJson(texts) writes a whole batch answer.
 #include <napi.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 
 #include "address.h"
 #include "change_counter.h"
+#include "error_codes.h"
 #include "request_body.h"
 #include "snapshot_writer.h"
 #include "store.h"
@@ -44,17 +47,18 @@ struct AddonState {
   Napi::FunctionReference error_class;
 };
 
-// Errors carry a stable `code`; they are instances of the JS class registered
-// with setErrorClass (src/errors.ts: `new IprError(code, message)`) so callers
-// can test `instanceof` and switch on the code.
-Napi::Error MakeError(Napi::Env env, const std::string& code, const std::string& message) {
+// Errors carry a stable `code` (error_codes.h); they are instances of the JS
+// class registered with setErrorClass (src/errors.ts: `new IprError(code,
+// message)`) so callers can test `instanceof` and switch on the code.
+Napi::Error MakeError(Napi::Env env, ErrorCode code, const std::string& message) {
   AddonState* state = env.GetInstanceData<AddonState>();
+  Napi::String name = Napi::String::New(env, ErrorCodeName(code));
   Napi::Error error;
   if (state != nullptr && !state->error_class.IsEmpty()) {
-    error = Napi::Error(env, state->error_class.New({Napi::String::New(env, code), Napi::String::New(env, message)}));
+    error = Napi::Error(env, state->error_class.New({name, Napi::String::New(env, message)}));
   } else {
     error = Napi::Error::New(env, message);
-    error.Set("code", Napi::String::New(env, code));
+    error.Set("code", name);
   }
   return error;
 }
@@ -67,9 +71,9 @@ auto Guard(Napi::Env env, F body) -> decltype(body()) {
   } catch (const Napi::Error&) {
     throw;
   } catch (const std::invalid_argument& e) {
-    throw MakeError(env, "invalid_argument", e.what());
+    throw MakeError(env, ErrorCode::kInvalidArgument, e.what());
   } catch (const std::exception& e) {
-    throw MakeError(env, "write_failed", e.what());
+    throw MakeError(env, ErrorCode::kWriteFailed, e.what());
   }
 }
 
@@ -85,17 +89,19 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
                         InstanceMethod<&SnapshotHandle::Close>("close")});
   }
 
-  // new SnapshotHandle(dataDir, out, jsonOut, flagsJson)
-  // flagsJson[f] is the JSON text of the check result from `,"is_vpn"` to the
-  // recommendation for the flag bits f (it depends on the risk configuration).
+  // new SnapshotHandle(dataDir, out, jsonOut, jsonTexts)
+  // jsonTexts: the texts WriteJson writes around what it fills in
+  // (src/result.ts ResultJsonTexts); flags[f], from the address's closing
+  // quote to the company's key, depends on the risk configuration.
   explicit SnapshotHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SnapshotHandle>(info) {
     Napi::Env env = info.Env();
-    if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsArray()) {
-      throw Napi::TypeError::New(env, "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, flagsJson: string[])");
+    if (!info[0].IsString() || !info[1].IsArrayBuffer() || !info[2].IsArrayBuffer() || !info[3].IsObject()) {
+      throw MakeError(env, ErrorCode::kInvalidArgument,
+                      "SnapshotHandle(dataDir: string, out: ArrayBuffer, jsonOut: ArrayBuffer, jsonTexts: object)");
     }
     Napi::ArrayBuffer out = info[1].As<Napi::ArrayBuffer>();
     if (out.ByteLength() < kHeaderBytes + kEntryBytes || reinterpret_cast<uintptr_t>(out.Data()) % 8 != 0) {
-      throw Napi::RangeError::New(env, "output buffer too small or misaligned");
+      throw MakeError(env, ErrorCode::kInvalidArgument, "output buffer too small or misaligned");
     }
     out_ref_ = Napi::Persistent(out);
     out_ = static_cast<uint8_t*>(out.Data());
@@ -104,11 +110,25 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     json_out_ref_ = Napi::Persistent(json_out);
     json_out_ = static_cast<char*>(json_out.Data());
     json_capacity_ = json_out.ByteLength();
-    Napi::Array flags_json = info[3].As<Napi::Array>();
-    if (flags_json.Length() != 1u << kFlagTableCount) {
-      throw Napi::RangeError::New(env, "flagsJson needs one text per combination of flags");
+    Napi::Object texts = info[3].As<Napi::Object>();
+    auto text = [&](const char* name) {
+      Napi::Value value = texts.Get(name);
+      if (!value.IsString()) throw MakeError(env, ErrorCode::kInvalidArgument, std::string("jsonTexts.") + name + " must be a string");
+      return value.As<Napi::String>().Utf8Value();
+    };
+    json_open_ = text("open");
+    json_location_ = text("location");
+    json_asn_ = text("asn");
+    json_route_ = text("route");
+    Napi::Value flags = texts.Get("flags");
+    if (!flags.IsArray() || flags.As<Napi::Array>().Length() != 1u << kFlagTableCount) {
+      throw MakeError(env, ErrorCode::kInvalidArgument, "jsonTexts.flags needs one text per combination of flags");
     }
-    for (uint32_t f = 0; f < flags_json.Length(); ++f) flags_json_.push_back(flags_json.Get(f).As<Napi::String>().Utf8Value());
+    for (uint32_t f = 0; f < 1u << kFlagTableCount; ++f) {
+      Napi::Value flag_text = flags.As<Napi::Array>().Get(f);
+      if (!flag_text.IsString()) throw MakeError(env, ErrorCode::kInvalidArgument, "jsonTexts.flags must hold strings");
+      json_flags_.push_back(flag_text.As<Napi::String>().Utf8Value());
+    }
     SnapshotError error;
     store_ = Store::Acquire(info[0].As<Napi::String>().Utf8Value(), &error);
     if (!store_) throw MakeError(env, error.code, error.message);
@@ -126,7 +146,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   }
 
   void EnsureOpen(Napi::Env env) {
-    if (!store_) throw MakeError(env, "snapshot_closed", "this snapshot was closed");
+    if (!store_) throw MakeError(env, ErrorCode::kSnapshotClosed, "this snapshot was closed");
   }
 
   // Parses `value` (any JS value) into `addr`; false when it is not an address.
@@ -194,7 +214,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     if (napi_get_cb_info(env, info, &argc, &arg, nullptr, &data) != napi_ok) return nullptr;
     auto* self = static_cast<SnapshotHandle*>(data);
     if (!self->store_) {
-      MakeError(env, "snapshot_closed", "this snapshot was closed").ThrowAsJavaScriptException();
+      MakeError(env, ErrorCode::kSnapshotClosed, "this snapshot was closed").ThrowAsJavaScriptException();
       return nullptr;
     }
     self->Sync();
@@ -235,32 +255,29 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     }
   };
 
-  // Appends the check result of a parsed address as JSON: the shape of the
-  // check result (src/snapshot.ts), the same text as JSON.stringify of the
-  // object result.
+  // Appends the check result of a parsed address as JSON: the same text as
+  // JSON.stringify of the object result (src/result.ts defines both).
   void WriteJson(JsonOut* out, const ParsedAddress& addr, const Answer& t, const char* text, size_t len) const {
     char ip[kMaxAddressText];
     if (addr.family == Family::kV6 || addr.mapped) {
       len = FormatAddress(addr, ip);
       text = ip;
     }
-    out->Put("{\"ip\":\"");
+    out->Put(json_open_);
     out->Put(text, len);
-    out->Put("\"");
-    out->Put(flags_json_[t.flags & ((1u << kFlagTableCount) - 1)]);
-    out->Put(",\"company\":");
+    out->Put(json_flags_[t.flags & ((1u << kFlagTableCount) - 1)]);
     out->Record(t.company == kNoRecord ? Blob{} : snapshot_->RecordText(kCompanyRecords, t.company));
-    out->Put(",\"location\":");
+    out->Put(json_location_);
     out->Record(t.location == kNoRecord ? Blob{} : snapshot_->RecordText(kLocationRecords, t.location));
-    out->Put(",\"asn\":");
+    out->Put(json_asn_);
     Blob asn = t.asn == kNoRecord ? Blob{} : snapshot_->RecordText(kAsnRecords, t.asn);
     if (asn.size < 2 || asn.data[0] != '{' || asn.data[asn.size - 1] != '}') {
       out->Put("null");
     } else {
-      // {"number":N,"name":"..."} gains the route before its closing brace.
+      // The ASN record gains the route before its closing brace.
       char route[kMaxCidrText];
       out->Put(asn.data, asn.size - 1);
-      out->Put(",\"route\":\"");
+      out->Put(json_route_);
       out->Put(route, FormatRoute(addr, t.asn_len, route));
       out->Put("\"}");
     }
@@ -274,7 +291,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     JsonOut out{json_out_, json_out_ + json_capacity_};
     WriteJson(&out, addr, snapshot_->Lookup(addr), text, len);
     if (out.overflow) {
-      MakeError(env, "snapshot_invalid", snapshot_->path() + ": a check result does not fit the JSON buffer").ThrowAsJavaScriptException();
+      MakeError(env, ErrorCode::kSnapshotInvalid, snapshot_->path() + ": a check result does not fit the JSON buffer").ThrowAsJavaScriptException();
       return 0;
     }
     return static_cast<size_t>(out.at - json_out_);
@@ -328,12 +345,12 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Value LookupBatchJson(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EnsureOpen(env);
-    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "lookupBatchJson(texts: unknown[])");
+    if (!info[0].IsArray()) throw MakeError(env, ErrorCode::kInvalidArgument, "lookupBatchJson(texts: unknown[])");
     Napi::Array texts = info[0].As<Napi::Array>();
     uint32_t length = texts.Length();
     uint32_t* invalid = reinterpret_cast<uint32_t*>(out_ + kHeaderBytes);
     size_t invalid_capacity = capacity_ * kEntryBytes / 8;
-    if (length > invalid_capacity) throw Napi::RangeError::New(env, "lookupBatchJson: too many entries for the out buffer");
+    if (length > invalid_capacity) throw MakeError(env, ErrorCode::kInvalidArgument, "lookupBatchJson: too many entries for the out buffer");
     Sync();
     JsonOut out{json_out_, json_out_ + json_capacity_};
     uint32_t invalid_count = 0;
@@ -378,7 +395,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Value LookupBatch(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EnsureOpen(env);
-    if (!info[0].IsArray()) throw Napi::TypeError::New(env, "lookupBatch(texts: unknown[], from, count)");
+    if (!info[0].IsArray()) throw MakeError(env, ErrorCode::kInvalidArgument, "lookupBatch(texts: unknown[], from, count)");
     Napi::Array texts = info[0].As<Napi::Array>();
     uint32_t from = info[1].As<Napi::Number>().Uint32Value();
     uint32_t count = info[2].As<Napi::Number>().Uint32Value();
@@ -497,7 +514,11 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
   Napi::Reference<Napi::ArrayBuffer> json_out_ref_;
   char* json_out_ = nullptr;
   size_t json_capacity_ = 0;
-  std::vector<std::string> flags_json_;
+  std::string json_open_;
+  std::vector<std::string> json_flags_;
+  std::string json_location_;
+  std::string json_asn_;
+  std::string json_route_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<const Snapshot> snapshot_;
   uint64_t generation_ = 0;
@@ -625,7 +646,7 @@ Napi::Value CanonicalAddress(const Napi::CallbackInfo& info) {
 Napi::Value ParseAddressInto(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().ByteLength() < 16) {
-    throw Napi::TypeError::New(env, "parseAddress(text, out: Uint8Array of 16 bytes)");
+    throw MakeError(env, ErrorCode::kInvalidArgument, "parseAddress(text, out: Uint8Array of 16 bytes)");
   }
   Napi::TypedArray out = info[1].As<Napi::TypedArray>();
   uint8_t* bytes = static_cast<uint8_t*>(out.ArrayBuffer().Data()) + out.ByteOffset();
@@ -649,10 +670,10 @@ Napi::Value ParseAddressInto(const Napi::CallbackInfo& info) {
 // Valid for the life of the process.
 Napi::Value MapChangeCounterInto(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsString()) throw Napi::TypeError::New(env, "mapChangeCounter(path: string)");
+  if (!info[0].IsString()) throw MakeError(env, ErrorCode::kInvalidArgument, "mapChangeCounter(path: string)");
   std::string error;
   uint32_t* counter = MapChangeCounter(info[0].As<Napi::String>().Utf8Value(), &error);
-  if (counter == nullptr) throw MakeError(env, "store_unavailable", error);
+  if (counter == nullptr) throw MakeError(env, ErrorCode::kStoreUnavailable, error);
   return Napi::ArrayBuffer::New(env, counter, kChangeCounterBytes, [](Napi::Env, void*) {});
 }
 
@@ -661,7 +682,7 @@ Napi::Value MapChangeCounterInto(const Napi::CallbackInfo& info) {
 Napi::Value BumpChangeCounterIn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArrayBuffer() || info[0].As<Napi::ArrayBuffer>().ByteLength() != kChangeCounterBytes) {
-    throw Napi::TypeError::New(env, "bumpChangeCounter(buffer from mapChangeCounter)");
+    throw MakeError(env, ErrorCode::kInvalidArgument, "bumpChangeCounter(buffer from mapChangeCounter)");
   }
   auto* counter = static_cast<uint32_t*>(info[0].As<Napi::ArrayBuffer>().Data());
   return Napi::Number::New(env, BumpChangeCounter(counter));
@@ -685,6 +706,12 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("mapChangeCounter", Napi::Function::New(env, MapChangeCounterInto));
   exports.Set("bumpChangeCounter", Napi::Function::New(env, BumpChangeCounterIn));
   exports.Set("formatVersion", kFormatVersion);
+  Napi::Array tables = Napi::Array::New(env, kTableCount);
+  for (unsigned t = 0; t < kTableCount; ++t) tables.Set(t, kTableNames[t]);
+  exports.Set("tables", tables);
+  Napi::Array codes = Napi::Array::New(env, static_cast<unsigned>(ErrorCode::kCount));
+  for (unsigned c = 0; c < static_cast<unsigned>(ErrorCode::kCount); ++c) codes.Set(c, kErrorCodeNames[c]);
+  exports.Set("errorCodes", codes);
   Napi::Object layout = Napi::Object::New(env);
   layout.Set("headerBytes", static_cast<double>(kHeaderBytes));
   layout.Set("entryBytes", static_cast<double>(kEntryBytes));

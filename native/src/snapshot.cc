@@ -157,7 +157,7 @@ FileStamp Snapshot::Stamp() const {
 
 bool Snapshot::Verify(const FileStamp& now, SnapshotError* error) const {
   if (now.size < file_size_) {
-    error->code = "snapshot_damaged";
+    error->code = ErrorCode::kSnapshotDamaged;
     error->message = "snapshot " + path_ + " was truncated to " + std::to_string(now.size) + " bytes while being served (it had " +
                      std::to_string(file_size_) + "): lookups that reach past its end fault the process; publish a new snapshot";
     return false;
@@ -165,7 +165,7 @@ bool Snapshot::Verify(const FileStamp& now, SnapshotError* error) const {
   uint64_t checksum = 0;
   for (const Blob& blob : blobs_) checksum = Checksum64(blob.data, blob.size, checksum);
   if (checksum != header_.checksum) {
-    error->code = "snapshot_damaged";
+    error->code = ErrorCode::kSnapshotDamaged;
     error->message = "snapshot " + path_ +
                      " was written to while being served and no longer matches its checksum: some answers may be wrong "
                      "until a new snapshot is published (ipr build)";
@@ -223,23 +223,23 @@ Snapshot::~Snapshot() {
 
 bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   path_ = path;
-  auto fail = [&](const char* code, const std::string& message) {
+  auto fail = [&](ErrorCode code, const std::string& message) {
     error->code = code;
     error->message = "snapshot " + path + ": " + message;
     return false;
   };
 
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return fail("snapshot_missing", "file not found");
-  if (!S_ISREG(st.st_mode)) return fail("snapshot_invalid", "not a regular file");
+  if (::stat(path.c_str(), &st) != 0) return fail(ErrorCode::kSnapshotMissing, "file not found");
+  if (!S_ISREG(st.st_mode)) return fail(ErrorCode::kSnapshotInvalid, "not a regular file");
   file_size_ = static_cast<uint64_t>(st.st_size);
   opened_stamp_ = StampOf(st);
   std::string lmdb_problem = CheckLmdbPages(path, file_size_);
-  if (!lmdb_problem.empty()) return fail("snapshot_invalid", "not a readable LMDB file (" + lmdb_problem + ")");
+  if (!lmdb_problem.empty()) return fail(ErrorCode::kSnapshotInvalid, "not a readable LMDB file (" + lmdb_problem + ")");
 
   int rc = mdb_env_create(&env_);
   if (rc == 0) rc = mdb_env_open(env_, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444);
-  if (rc != 0) return fail("snapshot_invalid", "not a readable LMDB file (" + LmdbError(rc) + ")");
+  if (rc != 0) return fail(ErrorCode::kSnapshotInvalid, "not a readable LMDB file (" + LmdbError(rc) + ")");
 
   // A truncated file maps fine, but touching a page past its end raises
   // SIGBUS: check that every page LMDB may read lies inside the file.
@@ -249,7 +249,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   mdb_env_stat(env_, &stat);
   uint64_t used = (static_cast<uint64_t>(info.me_last_pgno) + 1) * stat.ms_psize;
   if (used > file_size_) {
-    return fail("snapshot_invalid", "truncated: its pages reach byte " + std::to_string(used) + " but the file has " +
+    return fail(ErrorCode::kSnapshotInvalid, "truncated: its pages reach byte " + std::to_string(used) + " but the file has " +
                                         std::to_string(file_size_));
   }
   const uint8_t* map_begin = static_cast<const uint8_t*>(info.me_mapaddr);
@@ -265,16 +265,16 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn_);
   MDB_dbi dbi = 0;
   if (rc == 0) rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
-  if (rc != 0) return fail("snapshot_invalid", "cannot read it (" + LmdbError(rc) + ")");
+  if (rc != 0) return fail(ErrorCode::kSnapshotInvalid, "cannot read it (" + LmdbError(rc) + ")");
 
   auto get = [&](const char* name, Blob* blob) {
     MDB_val key{std::strlen(name), const_cast<char*>(name)};
     MDB_val val;
     int r = mdb_get(txn_, dbi, &key, &val);
-    if (r != 0) return fail("snapshot_invalid", std::string("no \"") + name + "\" entry (" + LmdbError(r) + ")");
+    if (r != 0) return fail(ErrorCode::kSnapshotInvalid, std::string("no \"") + name + "\" entry (" + LmdbError(r) + ")");
     const uint8_t* data = static_cast<const uint8_t*>(val.mv_data);
     if (data < map_begin || data > map_end || val.mv_size > static_cast<size_t>(map_end - data)) {
-      return fail("snapshot_invalid", std::string("entry \"") + name + "\" lies outside the file");
+      return fail(ErrorCode::kSnapshotInvalid, std::string("entry \"") + name + "\" lies outside the file");
     }
     *blob = Blob{data, val.mv_size};
     return true;
@@ -282,11 +282,11 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
 
   Blob header_blob;
   if (!get("header", &header_blob)) return false;
-  if (header_blob.size != sizeof(SnapshotHeader)) return fail("snapshot_invalid", "header has the wrong size");
+  if (header_blob.size != sizeof(SnapshotHeader)) return fail(ErrorCode::kSnapshotInvalid, "header has the wrong size");
   std::memcpy(&header_, header_blob.data, sizeof header_);
-  if (std::memcmp(header_.magic, "IPRSNAP", 8) != 0) return fail("snapshot_invalid", "not an ip-reputation snapshot");
+  if (std::memcmp(header_.magic, "IPRSNAP", 8) != 0) return fail(ErrorCode::kSnapshotInvalid, "not an ip-reputation snapshot");
   if (header_.format_version != kFormatVersion) {
-    return fail("snapshot_version", "format version " + std::to_string(header_.format_version) +
+    return fail(ErrorCode::kSnapshotVersion, "format version " + std::to_string(header_.format_version) +
                                         ", this build reads version " + std::to_string(kFormatVersion) +
                                         "; rebuild it with `ipr build`");
   }
@@ -297,7 +297,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     if (!get(kBlobNames[i], &blobs[i])) return false;
     checksum = Checksum64(blobs[i].data, blobs[i].size, checksum);
   }
-  if (checksum != header_.checksum) return fail("snapshot_invalid", "checksum mismatch: the file is corrupt");
+  if (checksum != header_.checksum) return fail(ErrorCode::kSnapshotInvalid, "checksum mismatch: the file is corrupt");
   std::copy(blobs, blobs + kBlobCount, blobs_);
   meta_ = blobs[0];
   asn_company_ = blobs[3];
@@ -306,24 +306,24 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
   // checksum but wrong anyway (a writer bug, or a crafted file).
   const uint32_t* counts = header_.record_counts;
   std::string reason;
-  if (!trie4_.Validate(blobs[1].data, blobs[1].size, 32, &reason)) return fail("snapshot_invalid", "IPv4 " + reason);
-  if (!trie6_.Validate(blobs[2].data, blobs[2].size, 128, &reason)) return fail("snapshot_invalid", "IPv6 " + reason);
+  if (!trie4_.Validate(blobs[1].data, blobs[1].size, 32, &reason)) return fail(ErrorCode::kSnapshotInvalid, "IPv4 " + reason);
+  if (!trie6_.Validate(blobs[2].data, blobs[2].size, 128, &reason)) return fail(ErrorCode::kSnapshotInvalid, "IPv6 " + reason);
   for (const TrieView* trie : {&trie4_, &trie6_}) {
     unsigned key_bits = trie == &trie4_ ? 32 : 128;
     for (uint32_t i = 0; i < trie->leaf_count(); ++i) {
       if (!ValidLeaf(trie->leaf(i), key_bits)) {
-        return fail("snapshot_invalid", "IPv" + std::to_string(key_bits == 32 ? 4 : 6) + " trie leaf " +
+        return fail(ErrorCode::kSnapshotInvalid, "IPv" + std::to_string(key_bits == 32 ? 4 : 6) + " trie leaf " +
                                             std::to_string(i) + " points past a record table");
       }
     }
   }
   if (asn_company_.size != 4 * uint64_t{counts[kAsnRecords]}) {
-    return fail("snapshot_invalid", "asn.company does not match the ASN records");
+    return fail(ErrorCode::kSnapshotInvalid, "asn.company does not match the ASN records");
   }
   for (uint32_t i = 0; i < counts[kAsnRecords]; ++i) {
     uint32_t company = AsnCompany(i);
     if (company != kNoRecord && company >= counts[kCompanyRecords]) {
-      return fail("snapshot_invalid", "asn.company entry " + std::to_string(i) + " points past the companies");
+      return fail(ErrorCode::kSnapshotInvalid, "asn.company entry " + std::to_string(i) + " points past the companies");
     }
   }
 
@@ -333,7 +333,7 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     uint32_t count = counts[k];
     uint64_t table_size = kRecordTableHeaderSize + 4 * (uint64_t{count} + 1);
     if (b.size < table_size || std::memcmp(b.data, "REC1", 4) != 0 || Load32(b.data + 4) != count) {
-      return fail("snapshot_invalid", std::string(name) + " header does not match its count");
+      return fail(ErrorCode::kSnapshotInvalid, std::string(name) + " header does not match its count");
     }
     const uint8_t* offsets = b.data + kRecordTableHeaderSize;
     uint64_t bytes = b.size - table_size;
@@ -341,12 +341,12 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     for (uint32_t i = 0; i <= count; ++i) {
       uint32_t offset = Load32(offsets + 4 * size_t{i});
       if (offset < previous || offset > bytes || (i == 0 && offset != 0)) {
-        return fail("snapshot_invalid", std::string(name) + " offset " + std::to_string(i) + " out of range");
+        return fail(ErrorCode::kSnapshotInvalid, std::string(name) + " offset " + std::to_string(i) + " out of range");
       }
       previous = offset;
     }
     for (const uint8_t* p = b.data + table_size; p < b.data + b.size; ++p) {
-      if (*p < 0x20 || *p > 0x7E) return fail("snapshot_invalid", std::string(name) + " holds a non-ASCII byte");
+      if (*p < 0x20 || *p > 0x7E) return fail(ErrorCode::kSnapshotInvalid, std::string(name) + " holds a non-ASCII byte");
     }
     records_[k] = b;
     record_bytes_[k] = bytes;

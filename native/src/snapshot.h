@@ -21,6 +21,7 @@
 #include <string>
 
 #include "address.h"
+#include "error_codes.h"
 #include "snapshot_format.h"
 #include "trie.h"
 
@@ -36,7 +37,7 @@ struct Blob {
 
 // The error of a snapshot that cannot be used, with a message naming the file.
 struct SnapshotError {
-  std::string code;  // snapshot_missing, snapshot_invalid, snapshot_version, snapshot_damaged
+  ErrorCode code = ErrorCode::kSnapshotInvalid;  // missing, invalid, version or damaged
   std::string message;
 };
 

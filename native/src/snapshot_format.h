@@ -22,9 +22,13 @@ namespace ipr {
 constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kNoRecord = 0xFFFFFFFFu;
 
-// The tables a snapshot answers from. The first five are flags.
+// The tables a snapshot answers from. The first five are flags. Their order
+// is TABLES in src/result.ts: the addon reports kTableNames, and
+// test/result.test.ts holds the two equal.
 enum Table : unsigned { kTor, kVpn, kProxy, kRelay, kHosting, kAsn, kGeo, kTableCount };
 constexpr unsigned kFlagTableCount = 5;
+constexpr const char* kTableNames[] = {"tor", "vpn", "proxy", "relay", "hosting", "asn", "geo"};
+static_assert(sizeof kTableNames / sizeof kTableNames[0] == kTableCount, "one name per table");
 
 enum RecordKind : unsigned { kCompanyRecords, kAsnRecords, kLocationRecords, kRecordKindCount };
 

@@ -22,7 +22,7 @@ constexpr uint32_t kListedWithoutCompany = 0xFFFFFFFEu;
 
 // Addresses that are not globally reachable (IANA special-purpose registries,
 // plus multicast and reserved space): they answer "nothing known" whatever a
-// feed says, as decisions.md requires.
+// feed says, as docs/API.md ("The check result") requires.
 struct SpecialV4 {
   uint32_t start;
   uint8_t len;

@@ -35,7 +35,7 @@ bool ValidSnapshotName(const std::string& name) {
 std::shared_ptr<Store> Store::Acquire(const std::string& dir, SnapshotError* error) {
   char resolved[PATH_MAX];
   if (::realpath(dir.c_str(), resolved) == nullptr) {
-    *error = SnapshotError{"snapshot_missing", "data folder " + dir + " does not exist"};
+    *error = SnapshotError{ErrorCode::kSnapshotMissing, "data folder " + dir + " does not exist"};
     return nullptr;
   }
   std::string key(resolved);
@@ -52,7 +52,7 @@ bool Store::ReadCurrentName(std::string* name, SnapshotError* error) const {
   std::string pointer = dir_ + "/snapshots/CURRENT";
   std::ifstream in(pointer);
   if (!in) {
-    *error = SnapshotError{"snapshot_missing", "no snapshot published in " + dir_ + " (" + pointer +
+    *error = SnapshotError{ErrorCode::kSnapshotMissing, "no snapshot published in " + dir_ + " (" + pointer +
                                                    " is missing; run `ipr build`)"};
     return false;
   }
@@ -60,7 +60,7 @@ bool Store::ReadCurrentName(std::string* name, SnapshotError* error) const {
   std::getline(in, text);
   while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
   if (!ValidSnapshotName(text)) {
-    *error = SnapshotError{"snapshot_invalid", pointer + " does not name a snapshot file"};
+    *error = SnapshotError{ErrorCode::kSnapshotInvalid, pointer + " does not name a snapshot file"};
     return false;
   }
   *name = text;

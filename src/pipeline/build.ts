@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { IprError } from '../errors.js';
 import { native } from '../native.js';
+import { TABLES } from '../result.js';
 import { fetchSource, type FeedProvenance, type FetchOptions } from './fetch.js';
 import { IMPORTERS } from './importers.js';
 import { clearHold, newSnapshotPath, partialPath, prune, publish, removeAbandoned, withDataLock } from './publish.js';
@@ -19,7 +20,6 @@ import { Records } from './records.js';
 import { loadSources, localPath, origin, type Source, type SourcesConfig } from './sources.js';
 import { Tally } from './tally.js';
 
-const TABLE_NAMES = ['tor', 'vpn', 'proxy', 'relay', 'hosting', 'asn', 'geo'] as const;
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 export interface BuildOptions {
@@ -237,7 +237,7 @@ export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Pr
   sink.flush();
   records.toNative(writer);
   const stats = writer.compile();
-  const tables: TableSummary[] = TABLE_NAMES.map((name, t) => ({
+  const tables: TableSummary[] = TABLES.map((name, t) => ({
     name,
     ranges: stats.tables[t]!.ranges,
     prefixes: stats.tables[t]!.prefixes,

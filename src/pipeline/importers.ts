@@ -7,7 +7,8 @@
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { IprError } from '../errors.js';
-import { NO_RECORD, Table } from '../native.js';
+import { NO_RECORD } from '../native.js';
+import { TABLE_ID } from '../result.js';
 import { openMmdb } from './mmdb.js';
 import { compareAddresses, integerAddress, parseAddress, parsePrefix, type Family, type RangeSink } from './ranges.js';
 import type { Records } from './records.js';
@@ -23,16 +24,6 @@ export interface ImportContext {
   /** Fraction of the file done, 0 to 1. */
   progress(fraction: number): void;
 }
-
-const TABLE_OF_KIND: Record<Kind, Table> = {
-  tor: Table.Tor,
-  vpn: Table.Vpn,
-  proxy: Table.Proxy,
-  relay: Table.Relay,
-  hosting: Table.Hosting,
-  asn: Table.Asn,
-  geo: Table.Geo,
-};
 
 /** Calls `line` for every line of the file but blank ones, with 1-based numbers. */
 async function eachLine(ctx: ImportContext, line: (text: string, number: number) => void): Promise<void> {
@@ -78,7 +69,7 @@ const NOT_AN_ADDRESS = 'not an address, CIDR prefix or range';
  * Returns a reason when the text is none of those.
  */
 function addText(ctx: ImportContext, text: string, value: number): string | null {
-  const table = TABLE_OF_KIND[ctx.source.kind];
+  const table = TABLE_ID[ctx.source.kind];
   const dash = text.indexOf('-');
   if (dash > 0) {
     const f1 = parseAddress(text.slice(0, dash).trim(), first);
@@ -271,7 +262,7 @@ async function asnCsv(ctx: ImportContext): Promise<void> {
     if (f1 === 0 || f1 !== f2) reason = 'expected first,last,asn,organisation';
     else if (!(asn <= 0xffffffff)) reason = 'ASN is not a number';
     else if (compareAddresses(first, last, f1 === 4 ? 4 : 16) > 0) reason = 'range ends before it starts';
-    if (reason === null) ctx.sink.addRange(Table.Asn, f1 as Family, first, last, ctx.records.asn(asn, org));
+    if (reason === null) ctx.sink.addRange(TABLE_ID.asn, f1 as Family, first, last, ctx.records.asn(asn, org));
     record(ctx, reason, number, line);
   });
 }
@@ -290,7 +281,7 @@ function locationFields(r: Record<string, any>) {
 async function mmdb(ctx: ImportContext): Promise<void> {
   const buffer = await readFile(ctx.file);
   const db = openMmdb(buffer, ctx.file);
-  const table = TABLE_OF_KIND[ctx.source.kind];
+  const table = TABLE_ID[ctx.source.kind];
   const values = new Map<number, number>();
   const valueOf = (offset: number): number => {
     let value = values.get(offset);

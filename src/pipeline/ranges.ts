@@ -4,7 +4,7 @@
  * typed arrays (one native call per batch, not per range).
  */
 import { IprError } from '../errors.js';
-import { native, type NativeSnapshotWriter, type Table } from '../native.js';
+import { native, type NativeSnapshotWriter } from '../native.js';
 
 export type Family = 4 | 6;
 
@@ -86,7 +86,7 @@ export class RangeSink {
   }
 
   /** Adds the prefix `len` bits long of `bytes` (host bits are cleared). */
-  addPrefix(table: Table, family: Family, bytes: Uint8Array, len: number, value: number): void {
+  addPrefix(table: number, family: Family, bytes: Uint8Array, len: number, value: number): void {
     const batch = this.#batch(table, family);
     const width = batch.width;
     const at = batch.count * width;
@@ -100,7 +100,7 @@ export class RangeSink {
   }
 
   /** Adds first..last (inclusive); throws when last < first. */
-  addRange(table: Table, family: Family, first: Uint8Array, last: Uint8Array, value: number): void {
+  addRange(table: number, family: Family, first: Uint8Array, last: Uint8Array, value: number): void {
     const batch = this.#batch(table, family);
     const width = batch.width;
     if (compareAddresses(first, last, width) > 0) throw new IprError('invalid_argument', 'range ends before it starts');
@@ -113,7 +113,7 @@ export class RangeSink {
     for (const [key, batch] of this.#batches) this.#send(key >> 1, key & 1 ? 6 : 4, batch);
   }
 
-  #batch(table: Table, family: Family): Batch {
+  #batch(table: number, family: Family): Batch {
     const key = table * 2 + (family === 6 ? 1 : 0);
     let batch = this.#batches.get(key);
     if (batch === undefined) {
@@ -123,14 +123,14 @@ export class RangeSink {
     return batch;
   }
 
-  #push(table: Table, family: Family, batch: Batch, value: number): void {
+  #push(table: number, family: Family, batch: Batch, value: number): void {
     batch.values[batch.count++] = value;
     if (batch.count === BATCH) this.#send(table, family, batch);
   }
 
   #send(table: number, family: Family, batch: Batch): void {
     if (batch.count === 0) return;
-    this.#writer.add(table as Table, family, batch.starts, batch.ends, batch.values, batch.count);
+    this.#writer.add(table, family, batch.starts, batch.ends, batch.values, batch.count);
     batch.count = 0;
   }
 }

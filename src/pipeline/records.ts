@@ -11,8 +11,7 @@
  *     companyTypeFromName).
  */
 import { NO_RECORD, RecordKind, type NativeSnapshotWriter } from '../native.js';
-import { FLAG } from '../risk.js';
-import type { Company, CompanyType, Location } from '../snapshot.js';
+import { FLAG_BIT, FLAG_TABLES, type Company, type CompanyType, type Flag, type Location } from '../result.js';
 import type { Kind } from './sources.js';
 
 /** JSON with every non-ASCII character escaped, as the snapshot stores records. */
@@ -87,14 +86,6 @@ function textOrNull(value: unknown): string | null {
   return typeof value === 'string' && value.trim() !== '' ? value.trim() : null;
 }
 
-const FLAG_OF_KIND: Partial<Record<Kind, number>> = {
-  tor: FLAG.tor,
-  vpn: FLAG.vpn,
-  proxy: FLAG.proxy,
-  relay: FLAG.relay,
-  hosting: FLAG.hosting,
-};
-
 export class Records {
   readonly companies = new RecordSet();
   readonly asns = new RecordSet();
@@ -143,7 +134,7 @@ export class Records {
 
   /** Remembers that every prefix of `asnNumber` gets the flag of `kind`. */
   flagAsn(asnNumber: number, kind: Kind): void {
-    this.#flagsByAsnNumber.set(asnNumber, (this.#flagsByAsnNumber.get(asnNumber) ?? 0) | (FLAG_OF_KIND[kind] ?? 0));
+    this.#flagsByAsnNumber.set(asnNumber, (this.#flagsByAsnNumber.get(asnNumber) ?? 0) | (FLAG_TABLES.includes(kind as Flag) ? FLAG_BIT[kind as Flag] : 0));
   }
 
   /** How many ASN records the asn-list sources flagged (for the build summary). */
@@ -164,7 +155,7 @@ export class Records {
         return;
       }
       const type: CompanyType =
-        asnFlags & FLAG.vpn ? 'vpn' : asnFlags & FLAG.hosting ? 'hosting' : companyTypeFromName(name);
+        asnFlags & FLAG_BIT.vpn ? 'vpn' : asnFlags & FLAG_BIT.hosting ? 'hosting' : companyTypeFromName(name);
       companies[id] = this.company({ name, type, domain: null });
     });
     writer.setAsnAttributes(flags, companies);

@@ -13,12 +13,12 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { IprError } from '../errors.js';
-import type { CompanyType } from '../snapshot.js';
+import { COMPANY_TYPES, FLAG_TABLES, TABLES, type CompanyType, type TableName } from '../result.js';
 
-export const KINDS = ['tor', 'vpn', 'proxy', 'relay', 'hosting', 'asn', 'geo'] as const;
-export type Kind = (typeof KINDS)[number];
+/** A source feeds one table of the snapshot: its kind is the table's name. */
+export type Kind = TableName;
 
-const FLAG_KINDS: readonly Kind[] = ['tor', 'vpn', 'proxy', 'relay', 'hosting'];
+const FLAG_KINDS: readonly Kind[] = FLAG_TABLES;
 
 /** Each format and the kinds it can feed. */
 export const FORMATS = {
@@ -46,8 +46,6 @@ export const FORMATS = {
   mmdb: ['geo', 'asn'],
 } as const satisfies Record<string, readonly Kind[]>;
 export type Format = keyof typeof FORMATS;
-
-export const COMPANY_TYPES: readonly CompanyType[] = ['hosting', 'isp', 'business', 'education', 'government', 'vpn'];
 
 export interface CompanyConfig {
   name: string;
@@ -99,7 +97,7 @@ export function loadSources(file: string): SourcesConfig {
     }
     if (names.has(s.name)) fail(file, `${where}.name "${s.name}" is used twice`);
     names.add(s.name);
-    if (!KINDS.includes(s.kind as Kind)) fail(file, `${where}.kind must be one of ${KINDS.join(', ')}`);
+    if (!TABLES.includes(s.kind as Kind)) fail(file, `${where}.kind must be one of ${TABLES.join(', ')}`);
     const kind = s.kind as Kind;
     if (!(typeof s.format === 'string' && s.format in FORMATS)) {
       fail(file, `${where}.format must be one of ${Object.keys(FORMATS).join(', ')}`);
@@ -120,7 +118,7 @@ export function loadSources(file: string): SourcesConfig {
     if (s.company !== undefined) {
       const c = s.company as Record<string, unknown>;
       if (!FLAG_KINDS.includes(kind)) fail(file, `${where}.company only applies to flag kinds`);
-      if (typeof c?.name !== 'string' || !COMPANY_TYPES.includes(c.type as CompanyType)) {
+      if (typeof c?.name !== 'string' || !(COMPANY_TYPES as readonly string[]).includes(c.type as string)) {
         fail(file, `${where}.company needs a name and a type (${COMPANY_TYPES.join(', ')})`);
       }
       if (c.domain !== undefined && c.domain !== null && typeof c.domain !== 'string') {

@@ -1,6 +1,6 @@
 /**
  * The HTTP API of one worker thread: its routes, and for the keyed ones the
- * order of checks of the contract (docs/API.md): authentication (401, 403),
+ * order of checks of the contract (docs/API.md "Order of checks"): authentication (401, 403),
  * then the key's limits (429), then the body (413, 415, 400). State shared
  * between workers (the snapshot mapping, the limit counters, the account
  * store) is passed in; the request's life is the exchange's (src/http).
@@ -21,7 +21,7 @@ import { keyDigest, type AccountStore } from '../store/accounts.js';
 import type { Limits, Verdict } from './limits.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 
-/** A /v1/check body over 8 KiB is refused. */
+/** docs/API.md "Request size": a /v1/check body over 8 KiB is refused. */
 export const MAX_CHECK_BODY = 8 * 1024;
 /** A batch of 1,000 full-length IPv6 addresses fits. */
 export const MAX_BATCH_BODY = 64 * 1024;
@@ -45,8 +45,6 @@ export interface ApiContext extends ExchangeScope {
   worker: number;
   onError(error: unknown, route: string, requestId: string): void;
 }
-
-const PER_SECOND_MESSAGE = 'Per-second request limit exceeded';
 
 /** What a key may do, cached by its Authorization header until the store's version changes. */
 interface KeyGrant {
@@ -140,7 +138,7 @@ class ApiExchange extends Exchange implements BodyReader {
   sendLimited(v: Verdict, byAddress: boolean): void {
     this.#api.ctx.metrics.limited(byAddress ? Limit.Address : v.refusedBy === 'day' ? Limit.Day : Limit.Second);
     this.window(v);
-    const message = v.refusedBy === 'day' ? ERROR_CODES.rate_limit_exceeded.message : PER_SECOND_MESSAGE;
+    const message = v.refusedBy === 'day' ? ERROR_CODES.rate_limit_exceeded.message : ERROR_CODES.rate_limit_exceeded.perSecondMessage;
     const body = JSON.stringify({ error: 'rate_limit_exceeded', message, details: {}, retry_after: v.retryAfter });
     this.send(429, body, [['Retry-After', String(v.retryAfter)]]);
   }

@@ -4,7 +4,7 @@
  * (a handful of instructions), so no more requests are ever admitted than a
  * limit allows, whichever thread answers them.
  *
- * Windows (docs/API.md): the UTC calendar day, and the wall-clock second
+ * Windows (docs/API.md "Limits"): the UTC calendar day, and the wall-clock second
  * (a fixed window: its Reset is the next whole second).
  *
  * Key slots are indexed by key id. Their counts are persisted by the main
@@ -144,7 +144,7 @@ export class Limits {
     const nowS = Math.floor(nowMs / 1000);
     const midnight = (day + 1) * 86_400;
     if (daily !== null) {
-      // decisions.md: a daily plan's headers describe the day, even for a per-second refusal.
+      // docs/API.md "Rate-limit headers": a daily plan's headers describe the day, even for a per-second refusal.
       v.limit = daily;
       v.remaining = Math.max(0, daily - counted);
       v.reset = midnight;

@@ -1,17 +1,21 @@
 /**
  * The OpenAPI 3.1 document of the whole API, built from the error registry
- * (errors.ts) and the plans, so the document, the server and the tests list
- * the same codes. `npm run openapi` writes it to openapi.json; the server
+ * (errors.ts), the check result's definition (result.ts), the plans and the
+ * default risk configuration, so the document, the server and the tests list
+ * the same codes and fields. `npm run openapi` writes it to openapi.json; the server
  * serves it at /v1/openapi.json; test/http-openapi.test.ts checks both.
  */
 import { readFileSync } from 'node:fs';
 import { API_ERROR_CODES, ERROR_CODES, type ApiErrorCode } from '../errors.js';
 import { MAX_BATCH, MAX_BATCH_BODY, MAX_CHECK_BODY } from './api.js';
 import type { Plan } from '../plans.js';
+import { FLAG_TABLES, resultSchemas } from '../result.js';
+import { DEFAULT_RISK_CONFIG_PATH, loadRiskConfig } from '../risk.js';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-
-const nullable = (type: string, extra: object = {}) => ({ type: [type, 'null'], ...extra });
+const { version: VERSION, license: LICENSE } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+  license: string;
+};
 
 const RATE_HEADERS = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'];
 const rateHeaderRefs = Object.fromEntries(RATE_HEADERS.map((h) => [h, { $ref: `#/components/headers/${h}` }]));
@@ -31,6 +35,7 @@ function errorResponse(description: string, codes: ApiErrorCode[], rateLimited: 
 }
 
 export function openapiDocument(plans: Map<string, Plan>): object {
+  const risk = loadRiskConfig(DEFAULT_RISK_CONFIG_PATH);
   const planRows = [...plans.values()]
     .map((p) => `| ${p.name} | ${p.requestsPerDay === null ? 'unlimited' : p.requestsPerDay.toLocaleString('en-US')} | ${p.requestsPerSecond} |`)
     .join('\n');
@@ -55,7 +60,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
   ];
   const limited = {
     description:
-      'A limit is exceeded. `message` is "Daily request limit exceeded" or "Per-second request limit exceeded"; ' +
+      `A limit is exceeded. \`message\` is "${ERROR_CODES.rate_limit_exceeded.message}" or "${ERROR_CODES.rate_limit_exceeded.perSecondMessage}"; ` +
       '`retry_after` (also the Retry-After header) is the whole seconds until the window resets (1 for the per-second window).',
     headers: { ...rateHeaderRefs, 'Retry-After': { schema: { type: 'integer' } } },
     content: { 'application/json': { schema: { $ref: '#/components/schemas/RateLimitError' } } },
@@ -69,6 +74,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
     info: {
       title: 'IP reputation API',
       version: VERSION,
+      license: { name: LICENSE, identifier: LICENSE },
       description:
         'Classifies one IPv4 or IPv6 address: VPN, proxy, Tor exit, private relay, hosting; a 0-100 risk score and an allow/verify/block ' +
         'recommendation; company, location and ASN data.\n\n' +
@@ -76,8 +82,9 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         'Every authenticated request that passes the limits counts against the quota, including ones that then fail validation; ' +
         '401 and 429 answers do not count. Requests without a valid key are limited per client address.\n\n' +
         `Limits per key, by plan:\n\n| plan | requests per day | requests per second |\n|---|---|---|\n${planRows}\n\n` +
-        'Risk score: the sum of the points of the flags (tor 80, vpn 60, proxy 50, relay 40, hosting 30 by default), capped at 100; ' +
-        'recommendation `block` from 70, `verify` from 40, else `allow` (operators can change both).\n\n' +
+        `Risk score: the sum of the points of the flags (${FLAG_TABLES.map((flag) => `${flag} ${risk.points[`is_${flag}`]}`).join(', ')} by default), ` +
+        `capped at ${risk.cap}; recommendation \`block\` from ${risk.block_from}, \`verify\` from ${risk.verify_from}, else \`allow\` ` +
+        '(operators can change both).\n\n' +
         'Data: X4BNet lists_vpn (MIT), Tor exit lists, iCloud Private Relay egress ranges, monosans/proxy-list (MIT), lord-alfred/ipranges (CC0), ' +
         '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0).',
     },
@@ -103,64 +110,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
             },
           },
         },
-        CheckResult: {
-          type: 'object',
-          description: 'Fields in this order, no others. Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
-          required: ['ip', 'is_vpn', 'is_proxy', 'is_tor', 'is_relay', 'is_hosting', 'risk_score', 'recommendation', 'company', 'location', 'asn'],
-          additionalProperties: false,
-          properties: {
-            ip: { type: 'string', description: 'The canonical text of the address (RFC 5952 for IPv6; IPv4-mapped as ::ffff:a.b.c.d).' },
-            is_vpn: { type: 'boolean' },
-            is_proxy: { type: 'boolean' },
-            is_tor: { type: 'boolean' },
-            is_relay: { type: 'boolean', description: "A device maker's private relay (iCloud Private Relay)." },
-            is_hosting: { type: 'boolean' },
-            risk_score: { type: 'integer', minimum: 0, maximum: 100 },
-            recommendation: { type: 'string', enum: ['allow', 'verify', 'block'] },
-            company: { oneOf: [{ $ref: '#/components/schemas/Company' }, { type: 'null' }] },
-            location: { oneOf: [{ $ref: '#/components/schemas/Location' }, { type: 'null' }] },
-            asn: { oneOf: [{ $ref: '#/components/schemas/Asn' }, { type: 'null' }] },
-          },
-        },
-        Company: {
-          type: 'object',
-          required: ['name', 'type', 'domain'],
-          additionalProperties: false,
-          properties: {
-            name: { type: 'string' },
-            type: {
-              type: 'string',
-              enum: ['hosting', 'isp', 'business', 'education', 'government', 'vpn'],
-              description:
-                'From a provider source (cloud ranges: hosting), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, ' +
-                'else from the organisation name (education, government, hosting, isp), else business.',
-            },
-            domain: nullable('string'),
-          },
-        },
-        Location: {
-          type: 'object',
-          required: ['country', 'country_name', 'city', 'region', 'latitude', 'longitude'],
-          additionalProperties: false,
-          properties: {
-            country: nullable('string', { description: 'ISO 3166-1 alpha-2 code.' }),
-            country_name: nullable('string'),
-            city: nullable('string'),
-            region: nullable('string'),
-            latitude: nullable('number', { description: 'Decimal degrees, 4 places.' }),
-            longitude: nullable('number', { description: 'Decimal degrees, 4 places.' }),
-          },
-        },
-        Asn: {
-          type: 'object',
-          required: ['number', 'name', 'route'],
-          additionalProperties: false,
-          properties: {
-            number: { type: 'integer' },
-            name: nullable('string'),
-            route: { type: 'string', description: 'The most specific announced prefix containing the address, in CIDR.' },
-          },
-        },
+        ...resultSchemas(),
         Error: {
           type: 'object',
           required: ['error', 'message', 'details'],
@@ -241,6 +191,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         get: {
           operationId: 'health',
           summary: 'Whether the service answers',
+          security: [],
           description: 'No authentication, no rate-limit headers, never limited.',
           responses: {
             '200': { description: 'A snapshot is loaded and the service answers.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Health' } } } },
@@ -249,7 +200,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         },
       },
       '/openapi.json': {
-        get: { operationId: 'openapi', summary: 'This document', responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } } },
+        get: { operationId: 'openapi', summary: 'This document', security: [], responses: { '200': { description: 'The OpenAPI 3.1 document.', content: { 'application/json': { schema: { type: 'object' } } } } } },
       },
     },
     'x-other-answers': {

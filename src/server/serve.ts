@@ -35,7 +35,7 @@ export interface ServeOptions {
   clockFile?: string;
   /** Capacity of the shared limit table: keys with a higher id cannot be served. */
   maxKeys?: number;
-  /** Requests per second per client address without a valid key (decisions.md: 20). */
+  /** Requests per second per client address without a valid key (docs/API.md "Limits": 20). */
   unkeyedPerSecond?: number;
   /** How often to look for a newly published snapshot, ms. */
   watchMs?: number;
