@@ -321,8 +321,10 @@ export class AccountStore {
    */
   recordUsage(counts: { id: number; day: string; requests: number }[], lastUsed: { id: number; at: string }[]): void {
     if (counts.length === 0 && lastUsed.length === 0) return;
+    // In key order: the pages a transaction dirties are then touched in order.
+    const sorted = [...counts].sort((a, b) => a.id - b.id || (a.day < b.day ? -1 : a.day > b.day ? 1 : 0));
     this.#root.transactionSync(() => {
-      for (const c of counts) this.#usage.putSync([c.id, c.day], c.requests);
+      for (const c of sorted) this.#usage.putSync([c.id, c.day], c.requests);
       for (const u of lastUsed) {
         const record = this.keyById(u.id);
         if (record && (record.lastUsed === null || record.lastUsed < u.at)) this.#keys.putSync(record.hash, { ...record, lastUsed: u.at });
