@@ -19,6 +19,23 @@ export const Entry = {
   RouteTextLength: 7,
 } as const;
 
+/**
+ * Words of one exportPrefixes entry (binding.cc documents the layout): the
+ * family (4 or 6), the prefix length, the start address in four words (most
+ * significant first; IPv4 in the first), the answer's id, then the answer's
+ * flags and record ids.
+ */
+export const ExportEntry = {
+  Family: 0,
+  Length: 1,
+  Start: 2,
+  Answer: 6,
+  Flags: 7,
+  Company: 8,
+  Asn: 9,
+  Location: 10,
+} as const;
+
 /** Table ids of the native side (snapshot_format.h); the first five are flags. */
 export const Table = { Tor: 0, Vpn: 1, Proxy: 2, Relay: 3, Hosting: 4, Asn: 5, Geo: 6 } as const;
 export type Table = (typeof Table)[keyof typeof Table];
@@ -40,6 +57,12 @@ export interface NativeSnapshotHandle {
   /** Looks texts[from, from + count) up into consecutive entries; returns how many it wrote. */
   lookupBatch(texts: readonly unknown[], from: number, count: number): number;
   info(): NativeSnapshotInfo;
+  /**
+   * The answer space for exports, in batches of `layout.exportWords`-word
+   * entries written into `out` (binding.cc documents them); `onBatch(count)`
+   * reads each batch before it returns.
+   */
+  exportPrefixes(out: ArrayBuffer, onBatch: (count: number) => void): void;
   /** The company, ASN and location record tables, mapped (read-only). */
   records(): [ArrayBuffer, ArrayBuffer, ArrayBuffer];
   /** Re-reads the published pointer; resolves true when a newer snapshot was swapped in. */
@@ -83,7 +106,7 @@ interface NativeAddon {
   parseAddress(text: string, out: Uint8Array): 0 | 4 | 6;
   setErrorClass(cls: typeof IprError): void;
   formatVersion: number;
-  layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number };
+  layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number; exportWords: number };
 }
 
 const addonPath = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'native', 'build', 'Release', 'ipr_native.node');
@@ -103,3 +126,6 @@ function load(): NativeAddon {
 }
 
 export const native = load();
+
+/** Words of one exportPrefixes entry. */
+export const EXPORT_ENTRY_WORDS = native.layout.exportWords;

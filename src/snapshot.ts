@@ -9,7 +9,7 @@
  * with the same location hold the same object.
  */
 import { IprError, invalidIp } from './errors.js';
-import { Entry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
+import { Entry, EXPORT_ENTRY_WORDS, ExportEntry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
 import { FLAG, loadRiskConfig, riskTable, type Recommendation, type Risk, type RiskConfig } from './risk.js';
 
 export type CompanyType = 'hosting' | 'isp' | 'business' | 'education' | 'government' | 'vpn';
@@ -52,6 +52,24 @@ export interface CheckResult {
   location: Location | null;
   asn: Asn | null;
 }
+
+/** An answer as an export holds it: a check result without `ip`, its ASN without `route`. */
+export type Answer = Omit<CheckResult, 'ip' | 'asn'> & { asn: Omit<Asn, 'route'> | null };
+
+/**
+ * A batch of the answer space ({@link Snapshot.answerSpace}): `count`
+ * prefixes, prefix i in words [i * EXPORT_ENTRY_WORDS, ...) of `entries`,
+ * laid out as {@link ExportEntry} says (family, length, start, answer id).
+ * `answers` are the answers first seen in this batch, whose ids follow those
+ * of the batches before.
+ */
+export interface PrefixBatch {
+  count: number;
+  entries: Uint32Array;
+  answers: Answer[];
+}
+
+export { EXPORT_ENTRY_WORDS, ExportEntry };
 
 /** What lookupMany answers for an entry that is not an address (the error body of spec 2.3). */
 export interface LookupError {
@@ -101,6 +119,8 @@ export interface OpenOptions {
 }
 
 const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = native.layout;
+/** Prefixes per batch of answerSpace. */
+const EXPORT_BATCH = 16_384;
 /** Room for one check result as JSON: its record texts are a few hundred bytes at most. */
 const JSON_BYTES = 64 * 1024;
 
@@ -254,6 +274,29 @@ export class Snapshot {
     return results;
   }
 
+  /**
+   * The whole answer space, for exports (`ipr export`): the fewest prefixes
+   * that cover every address, IPv4 then IPv6, each family in address order,
+   * with the id of the answer a lookup there gives (equal answers share an
+   * id, numbered from 0 in the order they first appear). `onBatch` receives
+   * them in batches whose arrays are valid only during the call.
+   */
+  answerSpace(onBatch: (batch: PrefixBatch) => void): void {
+    this.#assertOpen();
+    const entries = new Uint32Array(EXPORT_ENTRY_WORDS * EXPORT_BATCH);
+    let known = 0;
+    this.#handle.exportPrefixes(entries.buffer, (count) => {
+      if (this.#words[0] !== this.#generation) this.#syncRecords(); // the handle moved to a newer snapshot
+      const answers: Answer[] = [];
+      for (let e = 0; e < count * EXPORT_ENTRY_WORDS; e += EXPORT_ENTRY_WORDS) {
+        if (entries[e + ExportEntry.Answer] !== known) continue;
+        answers.push(this.#answer(entries[e + ExportEntry.Flags]!, entries[e + ExportEntry.Company]!, entries[e + ExportEntry.Asn]!, entries[e + ExportEntry.Location]!));
+        known++;
+      }
+      onBatch({ count, entries, answers });
+    });
+  }
+
   /** The snapshot answering now: its file, build time, checksum and the build's metadata. */
   info(): SnapshotInfo {
     this.#assertOpen();
@@ -314,29 +357,39 @@ export class Snapshot {
     this.#generation = this.#words[0]!;
   }
 
+  /** An answer for exports: the check result without `ip`, its ASN without `route`. */
+  #answer(flags: number, company: number, asnId: number, location: number): Answer {
+    const { ip: _ip, asn, ...answer } = this.#shape('', flags, company, asnId, location, '');
+    return { ...answer, asn: asn === null ? null : { number: asn.number, name: asn.name } };
+  }
+
   #result(input: string, entry: number): CheckResult {
     if (this.#words[0] !== this.#generation) this.#syncRecords();
     const w = (headerBytes + entryBytes * entry) >> 2;
     const words = this.#words;
-    const flags = words[w + Entry.Flags]!;
     const ipLength = words[w + Entry.IpTextLength]!;
     const textAt = headerBytes + entryBytes * entry + entryTextOffset;
+    const routeAt = textAt + ipLength;
+    return this.#shape(
+      ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength),
+      words[w + Entry.Flags]!,
+      words[w + Entry.Company]!,
+      words[w + Entry.Asn]!,
+      words[w + Entry.Location]!,
+      this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!),
+    );
+  }
+
+  /** The check result of an entry's numbers; `route` is the text of the ASN's route. */
+  #shape(ip: string, flags: number, company: number, asnId: number, location: number, route: string): CheckResult {
     const risk = this.#risk[flags]!;
-    const company = words[w + Entry.Company]!;
-    const asnId = words[w + Entry.Asn]!;
-    const location = words[w + Entry.Location]!;
     let asn: Asn | null = null;
     if (asnId !== NO_RECORD) {
       const record = this.#asns.get(asnId);
-      const routeAt = textAt + ipLength;
-      asn = {
-        number: record.number,
-        name: record.name,
-        route: this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!),
-      };
+      asn = { number: record.number, name: record.name, route };
     }
     return {
-      ip: ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength),
+      ip,
       is_vpn: (flags & FLAG.vpn) !== 0,
       is_proxy: (flags & FLAG.proxy) !== 0,
       is_tor: (flags & FLAG.tor) !== 0,
