@@ -264,7 +264,13 @@ class SearchTree {
     return this.#records[2 * this.#path[length - 1]! + bitAt(this.#last, 0, length - 1)]!;
   }
 
-  /** The tree's bytes; `answerValue(id)` is the record value of an answer. */
+  /**
+   * The tree's bytes; `answerValue(id)` is the record value of an answer.
+   * Nodes keep the numbers they were made with: depth first, left before
+   * right, as in MaxMind's and DB-IP's files, so a step to the left reads the
+   * next node. (Numbered breadth first, libmaxminddb walked this tree three
+   * times slower: every deep level was a cache miss.)
+   */
   bytes(recordSize: RecordSize, answerValue: (id: number) => number): Buffer {
     const nodeBytes = recordSize / 4;
     const out = Buffer.alloc(this.#nodes * nodeBytes);
