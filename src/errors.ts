@@ -33,6 +33,7 @@ export const ERROR_CODES = {
   invalid_argument: { status: 500, message: 'Invalid argument' },
   write_failed: { status: 500, message: 'The snapshot could not be written' },
   export_failed: { status: 500, message: 'The export could not be written' },
+  backup_failed: { status: 500, message: 'The backup could not be written' },
   data_busy: { status: 409, message: 'Another build, update or rollback is running in the data folder' },
   no_earlier_snapshot: { status: 404, message: 'There is no earlier snapshot to roll back to' },
   account_exists: { status: 409, message: 'An account with this email exists' },
