@@ -77,7 +77,7 @@ t.test('nginx -t accepts the site as installed, and it serves the API and the da
   const site = installSite(dir, ports, cert, key);
 
   const checked = nginxTest(writeNginxConf(path.join(dir, 'nginx-t'), `  include ${site};`));
-  t.equal(checked.code, 0, "nginx -t exits 0");
+  t.equal(checked.code, 0, 'nginx -t exits 0');
   t.match(checked.output, /syntax is ok/);
   t.match(checked.output, /test is successful/);
 
