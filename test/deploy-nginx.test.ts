@@ -4,7 +4,7 @@
 // openssl), accepted by `nginx -t` and run by Debian's nginx in front of a
 // real `ipr serve --trust-proxy`: the API and a dashboard sign-in work over
 // HTTPS, the session cookie is Secure and answers carry HSTS, plain HTTP is
-// sent to HTTPS, and the edge answers in the API's error body (413, and 503
+// sent to HTTPS (but for ACME challenges), and the edge answers in the API's error body (413, and 503
 // while the server is down).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -113,6 +113,7 @@ t.test('nginx -t accepts the site as installed, and it serves the API and the da
   t.equal(plain.headers.location, `https://${HOST}/dashboard?x=1`, 'plain HTTP goes to HTTPS');
   const plainSignIn = await fetchOver(false, ports.http, ca, 'POST', '/dashboard/api/session', { 'content-type': 'application/json' }, '{}');
   t.equal(plainSignIn.status, 301, 'no sign-in over plain HTTP');
+  t.equal((await fetchOver(false, ports.http, ca, 'GET', '/.well-known/acme-challenge/a-token')).status, 404, 'ACME challenges are answered over HTTP (from the webroot)');
 
   const huge = await get('POST', '/v1/check', { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, JSON.stringify({ ip: 'x'.repeat(200_000) }));
   t.equal(huge.status, 413);
