@@ -32,6 +32,8 @@ export const ERROR_CODES = {
   mmdb_invalid: { status: 500, message: 'The MaxMind DB file is not valid' },
   invalid_argument: { status: 500, message: 'Invalid argument' },
   write_failed: { status: 500, message: 'The snapshot could not be written' },
+  export_failed: { status: 500, message: 'The export could not be written' },
+  backup_failed: { status: 500, message: 'The backup could not be written' },
   data_busy: { status: 409, message: 'Another build, update or rollback is running in the data folder' },
   no_earlier_snapshot: { status: 404, message: 'There is no earlier snapshot to roll back to' },
   store_unavailable: { status: 503, message: 'The customer store cannot be reached' },

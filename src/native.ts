@@ -20,6 +20,23 @@ export const Entry = {
   RouteTextLength: 7,
 } as const;
 
+/**
+ * Words of one exportPrefixes entry (binding.cc documents the layout): the
+ * family (4 or 6), the prefix length, the start address in four words (most
+ * significant first; IPv4 in the first), the answer's id, then the answer's
+ * flags and record ids.
+ */
+export const ExportEntry = {
+  Family: 0,
+  Length: 1,
+  Start: 2,
+  Answer: 6,
+  Flags: 7,
+  Company: 8,
+  Asn: 9,
+  Location: 10,
+} as const;
+
 export const RecordKind = { Company: 0, Asn: 1, Location: 2 } as const;
 export type RecordKind = (typeof RecordKind)[keyof typeof RecordKind];
 
@@ -50,6 +67,12 @@ export interface NativeSnapshotHandle {
   /** Looks texts[from, from + count) up into consecutive entries; returns how many it wrote. */
   lookupBatch(texts: readonly unknown[], from: number, count: number): number;
   info(): NativeSnapshotInfo;
+  /**
+   * The answer space for exports, in batches of `layout.exportWords`-word
+   * entries written into `out` (binding.cc documents them); `onBatch(count)`
+   * reads each batch before it returns.
+   */
+  exportPrefixes(out: ArrayBuffer, onBatch: (count: number) => void): void;
   /** The company, ASN and location record tables, mapped (read-only). */
   records(): [ArrayBuffer, ArrayBuffer, ArrayBuffer];
   /** Re-reads the published pointer; resolves true when a newer snapshot was swapped in. */
@@ -103,7 +126,7 @@ interface NativeAddon {
   formatVersion: number;
   /** The names of the tables, in the addon's order (native/src/snapshot_format.h): src/result.ts TABLES. */
   tables: string[];
-  layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number };
+  layout: { headerBytes: number; entryBytes: number; entryTextOffset: number; batchCapacity: number; exportWords: number };
 }
 
 const addonPath = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'native', 'build', 'Release', 'ipr_native.node');
@@ -123,3 +146,6 @@ function load(): NativeAddon {
 }
 
 export const native = load();
+
+/** Words of one exportPrefixes entry. */
+export const EXPORT_ENTRY_WORDS = native.layout.exportWords;

@@ -10,9 +10,27 @@
  * with the same location hold the same object.
  */
 import { IprError, invalidIp } from './errors.js';
-import { Entry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
+import { Entry, EXPORT_ENTRY_WORDS, ExportEntry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
 import { loadRiskConfig, riskTable, type RiskConfig } from './risk.js';
 import { resultJsonTexts, resultTemplate, type Asn, type CheckResult, type Company, type Location } from './result.js';
+
+/** An answer as an export holds it: a check result without `ip`, its ASN without `route`. */
+export type Answer = Omit<CheckResult, 'ip' | 'asn'> & { asn: Omit<Asn, 'route'> | null };
+
+/**
+ * A batch of the answer space ({@link Snapshot.answerSpace}): `count`
+ * prefixes, prefix i in words [i * EXPORT_ENTRY_WORDS, ...) of `entries`,
+ * laid out as {@link ExportEntry} says (family, length, start, answer id).
+ * `answers` are the answers first seen in this batch, whose ids follow those
+ * of the batches before.
+ */
+export interface PrefixBatch {
+  count: number;
+  entries: Uint32Array;
+  answers: Answer[];
+}
+
+export { EXPORT_ENTRY_WORDS, ExportEntry };
 
 /** What lookupMany answers for an entry that is not an address (the error body, docs/API.md "Errors"). */
 export interface LookupError {
@@ -66,6 +84,8 @@ const { headerBytes, entryBytes, entryTextOffset, batchCapacity: BATCH } = nativ
 const JSON_BYTES = 1 << 20;
 /** Lengths up to which views of the JSON buffer are kept: one check result fits. */
 const JSON_VIEWS = 4096;
+/** Prefixes per batch of answerSpace. */
+const EXPORT_BATCH = 16_384;
 
 /**
  * A mapped record table: JSON texts (ASCII, non-ASCII escaped), each read
@@ -249,6 +269,29 @@ export class Snapshot {
     return results;
   }
 
+  /**
+   * The whole answer space, for exports (`ipr export`): the fewest prefixes
+   * that cover every address, IPv4 then IPv6, each family in address order,
+   * with the id of the answer a lookup there gives (equal answers share an
+   * id, numbered from 0 in the order they first appear). `onBatch` receives
+   * them in batches whose arrays are valid only during the call.
+   */
+  answerSpace(onBatch: (batch: PrefixBatch) => void): void {
+    this.#assertOpen();
+    const entries = new Uint32Array(EXPORT_ENTRY_WORDS * EXPORT_BATCH);
+    let known = 0;
+    this.#handle.exportPrefixes(entries.buffer, (count) => {
+      if (this.#words[0] !== this.#generation) this.#syncRecords(); // the handle moved to a newer snapshot
+      const answers: Answer[] = [];
+      for (let e = 0; e < count * EXPORT_ENTRY_WORDS; e += EXPORT_ENTRY_WORDS) {
+        if (entries[e + ExportEntry.Answer] !== known) continue;
+        answers.push(this.#answer(entries[e + ExportEntry.Flags]!, entries[e + ExportEntry.Company]!, entries[e + ExportEntry.Asn]!, entries[e + ExportEntry.Location]!));
+        known++;
+      }
+      onBatch({ count, entries, answers });
+    });
+  }
+
   /** The snapshot answering now: its file, build time, checksum and the build's metadata. */
   info(): SnapshotInfo {
     this.#assertOpen();
@@ -309,31 +352,42 @@ export class Snapshot {
     this.#generation = this.#words[0]!;
   }
 
+  /** An answer for exports: the check result without `ip`, its ASN without `route`. */
+  #answer(flags: number, company: number, asnId: number, location: number): Answer {
+    const { ip: _ip, asn, ...answer } = this.#shape('', flags, company, asnId, location, '');
+    return { ...answer, asn: asn === null ? null : { number: asn.number, name: asn.name } };
+  }
+
   #result(input: string, entry: number): CheckResult {
     if (this.#words[0] !== this.#generation) this.#syncRecords();
     const w = (headerBytes + entryBytes * entry) >> 2;
     const words = this.#words;
     const ipLength = words[w + Entry.IpTextLength]!;
     const textAt = headerBytes + entryBytes * entry + entryTextOffset;
-    const company = words[w + Entry.Company]!;
-    const asn = words[w + Entry.Asn]!;
-    const location = words[w + Entry.Location]!;
+    const routeAt = textAt + ipLength;
+    return this.#shape(
+      ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength),
+      words[w + Entry.Flags]!,
+      words[w + Entry.Company]!,
+      words[w + Entry.Asn]!,
+      words[w + Entry.Location]!,
+      this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!),
+    );
+  }
+
+  /** The check result of an entry's numbers; `route` is the text of the ASN's route. */
+  #shape(ip: string, flags: number, company: number, asn: number, location: number, route: string): CheckResult {
     // A copy of the template keeps the definition's field order, and every
     // result the same hidden class.
-    const result = { ...this.#templates[words[w + Entry.Flags]!]! };
-    result.ip = ipLength === 0 ? input : this.#text.toString('latin1', textAt, textAt + ipLength);
+    const result = { ...this.#templates[flags]! };
+    result.ip = ip;
     if (company !== NO_RECORD) result.company = this.#companies.get(company);
     if (location !== NO_RECORD) result.location = this.#locations.get(location);
     if (asn !== NO_RECORD) {
-      const routeAt = textAt + ipLength;
       const record = this.#asns.get(asn);
       // A literal, not a spread of the frozen record (ten times slower); its
       // field order is held to ASN_FIELDS by test/result.test.ts.
-      result.asn = {
-        number: record.number,
-        name: record.name,
-        route: this.#text.toString('latin1', routeAt, routeAt + words[w + Entry.RouteTextLength]!),
-      };
+      result.asn = { number: record.number, name: record.name, route };
     }
     return result;
   }

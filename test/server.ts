@@ -26,6 +26,8 @@ export interface ServerOptions {
   /** A data folder; default: a fresh one whose snapshots/ is the full real-data fixture's. */
   dataDir?: string;
   workers?: number;
+  /** The port (default 0: any free one); a fixed one lets a test start a server again where clients expect it. */
+  port?: number;
   /** Start on the test clock, at this time. */
   clock?: number | string;
   env?: Record<string, string>;
@@ -83,7 +85,7 @@ export async function setClock(t: Test, time: number | string): Promise<void> {
 
 export async function startServer(t: Test, options: ServerOptions = {}): Promise<Server> {
   const dataDir = options.dataDir ?? dataDirWithFullSnapshot(t);
-  const args = [cli, 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', '0', '--workers', String(options.workers ?? 2)];
+  const args = [cli, 'serve', '--data', dataDir, '--host', '127.0.0.1', '--port', String(options.port ?? 0), '--workers', String(options.workers ?? 2)];
   if (options.clock !== undefined) {
     writeFileSync(clockFile(t), String(options.clock));
     args.push('--clock', clockFile(t));

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "address.h"
@@ -42,6 +43,10 @@ constexpr size_t kEntryBytes = 128;
 constexpr size_t kBatchCapacity = 256;  // addresses per lookupBatch call
 constexpr size_t kEntryTextOffset = 32;
 static_assert(kEntryTextOffset + kMaxAddressText + kMaxCidrText <= kEntryBytes, "entry text does not fit");
+// exportPrefixes entries, in uint32 words: family (4 or 6), prefix length,
+// the start (four words, most significant first; IPv4 in the first), the
+// answer's id, then its flags, company, asn and location.
+constexpr size_t kExportWords = 11;
 
 struct AddonState {
   Napi::FunctionReference error_class;
@@ -85,6 +90,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
                         InstanceMethod<&SnapshotHandle::LookupBatchJson>("lookupBatchJson"),
                         InstanceMethod<&SnapshotHandle::Info>("info"),
                         InstanceMethod<&SnapshotHandle::Records>("records"),
+                        InstanceMethod<&SnapshotHandle::ExportPrefixes>("exportPrefixes"),
                         InstanceMethod<&SnapshotHandle::Refresh>("refresh"),
                         InstanceMethod<&SnapshotHandle::Close>("close")});
   }
@@ -471,6 +477,68 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return result;
   }
 
+  // exportPrefixes(out: ArrayBuffer, onBatch: (count) => void): the answer
+  // space (Snapshot::ForEachAnswerPrefix), IPv4 then IPv6, in entries of
+  // kExportWords words written into `out`; onBatch(count) is called each time
+  // `out` is full and once at the end, and must read the entries before it
+  // returns. Answer ids number the distinct answers from 0 in the order they
+  // first appear, so an entry whose id is one past the last seen brings a
+  // new answer.
+  Napi::Value ExportPrefixes(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    EnsureOpen(env);
+    if (!info[0].IsArrayBuffer() || !info[1].IsFunction()) {
+      throw Napi::TypeError::New(env, "exportPrefixes(out: ArrayBuffer, onBatch: (count: number) => void)");
+    }
+    Napi::ArrayBuffer out = info[0].As<Napi::ArrayBuffer>();
+    Napi::Function on_batch = info[1].As<Napi::Function>();
+    uint32_t* words = static_cast<uint32_t*>(out.Data());
+    const size_t capacity = out.ByteLength() / (4 * kExportWords);
+    if (capacity == 0 || reinterpret_cast<uintptr_t>(words) % 4 != 0) throw Napi::RangeError::New(env, "export buffer too small");
+    Sync();
+    std::shared_ptr<const Snapshot> snapshot = snapshot_;
+    struct KeyHash {
+      size_t operator()(const std::pair<uint64_t, uint64_t>& k) const { return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second); }
+    };
+    std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, KeyHash> ids;
+    size_t count = 0;
+    auto flush = [&] {
+      on_batch.Call({Napi::Number::New(env, static_cast<double>(count))});
+      count = 0;
+    };
+    // A run's prefixes come one after another with one answer: look its id up once.
+    Answer last{};
+    uint32_t last_id = kNoRecord;
+    auto put = [&](unsigned family, const uint32_t start[4], uint8_t len, const Answer& a) {
+      if (last_id == kNoRecord || a.flags != last.flags || a.company != last.company || a.asn != last.asn || a.location != last.location) {
+        auto key = std::make_pair(uint64_t{a.flags} << 32 | a.company, uint64_t{a.asn} << 32 | a.location);
+        last_id = ids.emplace(key, static_cast<uint32_t>(ids.size())).first->second;
+        last = a;
+      }
+      uint32_t* e = words + kExportWords * count;
+      e[0] = family;
+      e[1] = len;
+      std::memcpy(e + 2, start, 16);
+      e[6] = last_id;
+      e[7] = a.flags;
+      e[8] = a.company;
+      e[9] = a.asn;
+      e[10] = a.location;
+      if (++count == capacity) flush();
+    };
+    snapshot->ForEachAnswerPrefix<uint32_t>([&](uint32_t start, uint8_t len, const Answer& a) {
+      const uint32_t s[4] = {start, 0, 0, 0};
+      put(4, s, len, a);
+    });
+    snapshot->ForEachAnswerPrefix<u128>([&](u128 start, uint8_t len, const Answer& a) {
+      const uint32_t s[4] = {static_cast<uint32_t>(start >> 96), static_cast<uint32_t>(start >> 64),
+                             static_cast<uint32_t>(start >> 32), static_cast<uint32_t>(start)};
+      put(6, s, len, a);
+    });
+    flush();
+    return env.Undefined();
+  }
+
   class RefreshWorker : public Napi::AsyncWorker {
    public:
     RefreshWorker(Napi::Env env, std::shared_ptr<Store> store)
@@ -717,6 +785,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   layout.Set("entryBytes", static_cast<double>(kEntryBytes));
   layout.Set("entryTextOffset", static_cast<double>(kEntryTextOffset));
   layout.Set("batchCapacity", static_cast<double>(kBatchCapacity));
+  layout.Set("exportWords", static_cast<double>(kExportWords));
   exports.Set("layout", layout);
   return exports;
 }

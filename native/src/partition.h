@@ -69,9 +69,10 @@ inline int FloorLog2(K v) {  // v > 0
   }
 }
 
-// Appends the exact prefixes covering first..last (first <= last).
-template <typename K>
-void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::vector<Prefix<K>>* out) {
+// Calls f(start, len) for the exact prefixes covering first..last (first <=
+// last), in address order: the fewest there are.
+template <typename K, typename F>
+void ForEachRangePrefix(K first, K last, F&& f) {
   constexpr int kBits = KeyBits<K>();
   const K kMax = ~K{0};
   while (true) {
@@ -81,11 +82,17 @@ void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::v
       int fit = FloorLog2(static_cast<K>(last - first + 1));
       size_log2 = std::min(size_log2, fit);
     }
-    out->push_back(Prefix<K>{first, value, order, static_cast<uint8_t>(kBits - size_log2)});
+    f(first, static_cast<uint8_t>(kBits - size_log2));
     K block_last = size_log2 == kBits ? kMax : first + ((K{1} << size_log2) - 1);
     if (block_last == last) return;
     first = block_last + 1;
   }
+}
+
+// Appends the exact prefixes covering first..last (first <= last).
+template <typename K>
+void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::vector<Prefix<K>>* out) {
+  ForEachRangePrefix(first, last, [&](K start, uint8_t len) { out->push_back(Prefix<K>{start, value, order, len}); });
 }
 
 // Longest-prefix resolution. Sorts `prefixes` in place.

@@ -22,6 +22,7 @@
 
 #include "address.h"
 #include "error_codes.h"
+#include "partition.h"
 #include "snapshot_format.h"
 #include "trie.h"
 
@@ -64,6 +65,33 @@ class Snapshot {
   // Looks `n` addresses up with interleaved walks (TrieView::LookupManyV4);
   // out[i] is what Lookup(addrs[i]) answers. Allocates nothing.
   void LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) const;
+
+  // The answer space of one family (K uint32_t: IPv4, u128: IPv6), for
+  // exports: f(start, len, answer) for the fewest prefixes that cover every
+  // address, in address order, each with the answer a lookup there gives.
+  // Answers that differ only in the length of their ASN route are one here
+  // (asn_len 0): an export holds no route. Reads the whole trie: off the
+  // lookup path.
+  template <typename K, typename F>
+  void ForEachAnswerPrefix(F&& f) const {
+    const TrieView& trie = sizeof(K) == 4 ? trie4_ : trie6_;
+    bool open = false;
+    K run_start = 0;
+    Answer run{};
+    auto flush = [&](K last) {
+      ForEachRangePrefix<K>(run_start, last, [&](K start, uint8_t len) { f(start, len, run); });
+    };
+    trie.ForEachSlot<K>([&](K start, uint64_t value) {
+      Answer a = Unpack(value);
+      a.asn_len = 0;
+      if (open && a.flags == run.flags && a.company == run.company && a.asn == run.asn && a.location == run.location) return;
+      if (open) flush(start - 1);
+      run = a;
+      run_start = start;
+      open = true;
+    });
+    flush(~K{0});
+  }
 
   const std::string& path() const { return path_; }
   const SnapshotHeader& header() const { return header_; }

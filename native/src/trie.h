@@ -99,6 +99,25 @@ class TrieView {
   std::vector<uint32_t> SubdividedBlocks() const;
   int direct_bits() const { return direct_bits_; }
 
+  // Visits the partition the trie encodes, in key order: f(start, value) for
+  // every direct entry and node slot that ends a walk, with the first key it
+  // covers and the leaf a lookup there answers. Consecutive calls may carry
+  // one value (the trie's shape cuts runs). For exports, off the lookup path;
+  // K is uint32_t for a 32-bit trie, u128 for a 128-bit one.
+  template <typename K, typename F>
+  void ForEachSlot(F&& f) const {
+    constexpr int kBits = static_cast<int>(8 * sizeof(K));
+    for (size_t d = 0; d < (size_t{1} << direct_bits_); ++d) {
+      uint32_t entry = Load32(direct_ + 4 * d);
+      K start = static_cast<K>(d) << (kBits - direct_bits_);
+      if (entry & kDirectLeaf) {
+        f(start, LeafAt(entry & ~kDirectLeaf));
+      } else {
+        VisitSlots<K>(entry, start, direct_bits_, f);
+      }
+    }
+  }
+
   uint32_t node_count() const { return node_count_; }
   uint32_t leaf_count() const { return leaf_count_; }
   uint64_t leaf(uint32_t i) const { return Load64(leaves_ + 8 * size_t{i}); }
@@ -139,6 +158,35 @@ class TrieView {
       return LeafAt(leaf);
     }
     return Load64(leaves_);  // deeper than the key: unreachable in a validated trie
+  }
+
+  // The slots of node `index`, which covers the keys from `base` below its
+  // first `offset` bits. Answers exactly what Walk answers for each slot,
+  // clamps and all.
+  template <typename K, typename F>
+  void VisitSlots(uint32_t index, K base, int offset, F& f) const {
+    constexpr int kBits = static_cast<int>(8 * sizeof(K));
+    index = index < node_count_ ? index : 0;
+    TrieNode node;
+    std::memcpy(&node, nodes_ + sizeof(TrieNode) * static_cast<size_t>(index), sizeof node);
+    const int remaining = kBits - offset;
+    // In the last, partial stride slot s stands for key base + (s >> padding);
+    // the slots between repeat their neighbour and are never looked up.
+    const int padding = remaining >= kStride ? 0 : kStride - remaining;
+    for (unsigned s = 0; s < 64; s += 1u << padding) {
+      K start = padding == 0 ? base + (static_cast<K>(s) << (remaining - kStride)) : base + (static_cast<K>(s) >> padding);
+      uint64_t upto = (uint64_t{2} << s) - 1;
+      if (node.children & (uint64_t{1} << s)) {
+        uint32_t child = node.child_base + static_cast<uint32_t>(__builtin_popcountll(node.children & upto)) - 1;
+        if (remaining > kStride) {
+          VisitSlots<K>(child, start, offset + kStride, f);
+        } else {
+          f(start, Load64(leaves_));  // a child deeper than the key: Walk's unreachable end
+        }
+      } else {
+        f(start, LeafAt(node.leaf_base + static_cast<size_t>(__builtin_popcountll(node.leaf_starts & upto)) - 1));
+      }
+    }
   }
 
   template <typename K, int kKeyBits>

@@ -1,13 +1,16 @@
 /**
- * The customer commands: accounts (create, set-plan, suspend, reactivate)
- * and keys (create, list, revoke, allow), on the data folder's account store.
+ * The customer commands: accounts (create, set-plan, suspend, reactivate,
+ * backup) and keys (create, list, revoke, allow), on the data folder's
+ * account store.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
+import { IprError } from '../errors.js';
 import { loadPlans } from '../plans.js';
 import { AccountStore, dayOf } from '../store/accounts.js';
 import { dataDirOf, integerOption, listOption, options, UsageError, type Command } from './args.js';
-import { table } from './output.js';
+import { formatBytes, table } from './output.js';
 
 async function readPassword(): Promise<string> {
   if (process.stdin.isTTY) {
@@ -36,8 +39,36 @@ async function withStore<T>(dataDir: string, action: (store: AccountStore) => Pr
   }
 }
 
+/**
+ * `ipr accounts backup --out DIR`: a copy of the account store made while it
+ * is in use, into a new folder (written under a partial name, then renamed,
+ * so DIR holds a whole backup or nothing).
+ */
+async function backup(args: string[]): Promise<number> {
+  const { values } = options(args, { out: { type: 'string' } });
+  const out = values.out;
+  if (!out) throw new UsageError('accounts backup needs --out DIR (a folder that does not exist yet)');
+  const store = path.join(dataDirOf(values), 'accounts', 'data.mdb');
+  if (!existsSync(store)) throw new IprError('backup_failed', `${store} does not exist: no account store to back up`);
+  if (existsSync(out)) throw new IprError('backup_failed', `${out} exists; a backup goes into a new folder`);
+  const partial = `${out}.${process.pid}.partial`;
+  try {
+    mkdirSync(partial);
+    await withStore(dataDirOf(values), (store) => store.backup(partial));
+    renameSync(partial, out);
+  } catch (error) {
+    rmSync(partial, { recursive: true, force: true });
+    if (error instanceof IprError) throw error;
+    throw new IprError('backup_failed', `${out}: ${(error as Error).message}`);
+  }
+  const bytes = statSync(path.join(out, 'data.mdb')).size;
+  process.stdout.write(`backed up the account store of ${dataDirOf(values)} to ${path.join(out, 'data.mdb')} (${formatBytes(bytes)})\n`);
+  return 0;
+}
+
 async function accounts(args: string[]): Promise<number> {
   const [action, ...rest] = args;
+  if (action === 'backup') return backup(rest);
   const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
   const email = values.email;
   if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
@@ -123,7 +154,8 @@ export const customerCommands: Command[] = [
     usage: `accounts create --email E --plan P        (the password is read from stdin)
   accounts set-plan --email E --plan P
   accounts suspend --email E
-  accounts reactivate --email E`,
+  accounts reactivate --email E
+  accounts backup --out DIR                 (a copy of the account store, safe while it is in use)`,
     run: accounts,
   },
   {

@@ -8,7 +8,7 @@ import { IprError } from '../errors.js';
 import { buildSnapshot } from '../pipeline/build.js';
 import { publishedName } from '../pipeline/publish.js';
 import { loadPlans } from '../plans.js';
-import { openapiDocument } from '../server/openapi.js';
+import { clientTypes, openapiDocument } from '../server/openapi.js';
 import { serve, type RunningServer } from '../server/serve.js';
 import { parseDuration } from '../server/updater.js';
 import { dataDirOf, integerOption, keepOption, options, UsageError, type Command } from './args.js';
@@ -152,10 +152,13 @@ export const serveCommands: Command[] = [
   },
   {
     name: 'openapi',
-    usage: `openapi
-         Print the OpenAPI 3.1 document of the API (npm run openapi writes openapi.json).`,
-    run: async () => {
-      process.stdout.write(`${JSON.stringify(openapiDocument(loadPlans()), null, 2)}\n`);
+    usage: `openapi [--client-types]
+         Print the OpenAPI 3.1 document of the API, or with --client-types the TypeScript types
+         of its bodies (npm run openapi writes openapi.json and src/client/types.ts).`,
+    run: async (args) => {
+      const { values } = options(args, { 'client-types': { type: 'boolean' } });
+      const document = openapiDocument(loadPlans());
+      process.stdout.write(values['client-types'] ? clientTypes(document) : `${JSON.stringify(document, null, 2)}\n`);
       return 0;
     },
   },

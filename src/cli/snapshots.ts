@@ -1,13 +1,14 @@
 /**
  * The snapshot commands: build, update, rollback (they publish into a data
- * folder), lookup and info (they read what is published).
+ * folder), lookup, info and export (they read what is published).
  */
 import { buildSnapshot } from '../pipeline/build.js';
+import { exportMmdb } from '../pipeline/mmdb-export.js';
 import { builtAtOfName, rollback, withDataLock } from '../pipeline/publish.js';
 import { updateSnapshot, type UpdateOptions, type UpdateResult } from '../pipeline/update.js';
 import { openSnapshot } from '../snapshot.js';
 import { dataDirOf, integerOption, keepOption, listOption, options, UsageError, type Command } from './args.js';
-import { endProgress, printSummary, progressPrinter, table, warningPrinter } from './output.js';
+import { endProgress, formatBytes, printSummary, progressPrinter, table, warningPrinter } from './output.js';
 
 async function build(args: string[]): Promise<number> {
   const { values } = options(args, {
@@ -128,6 +129,28 @@ async function info(args: string[]): Promise<number> {
   }
 }
 
+/** The formats `ipr export` writes. */
+const EXPORT_FORMATS = ['mmdb'];
+
+async function exportCommand(args: string[]): Promise<number> {
+  const { values } = options(args, { format: { type: 'string' }, out: { type: 'string' } });
+  if (values.format === undefined) throw new UsageError(`export needs --format (${EXPORT_FORMATS.join(', ')})`);
+  if (!EXPORT_FORMATS.includes(values.format)) throw new UsageError(`export --format takes ${EXPORT_FORMATS.join(', ')}, not "${values.format}"`);
+  if (!values.out) throw new UsageError('export needs --out FILE');
+  const s = exportMmdb({ dataDir: dataDirOf(values), out: values.out });
+  const rows = [
+    ['file', s.file],
+    ['snapshot', s.snapshot],
+    ['size', `${formatBytes(s.bytes)} (data section ${formatBytes(s.dataBytes)})`],
+    ['prefixes', `${s.prefixes[0].toLocaleString('en-US')} IPv4, ${s.prefixes[1].toLocaleString('en-US')} IPv6`],
+    ['records', `${s.answers.toLocaleString('en-US')} distinct answers`],
+    ['tree', `${s.nodeCount.toLocaleString('en-US')} nodes, ${s.recordSize}-bit records`],
+    ['seconds', s.seconds.toFixed(1)],
+  ];
+  process.stdout.write(`${table(rows, 99)}\n`);
+  return 0;
+}
+
 export const snapshotCommands: Command[] = [
   {
     name: 'build',
@@ -162,5 +185,12 @@ export const snapshotCommands: Command[] = [
          Print the published snapshot's metadata: build time and age, and every source's
          provenance (origin, fetched-at, ETag, records, bad lines, last good copy used).`,
     run: info,
+  },
+  {
+    name: 'export',
+    usage: `export --format mmdb --out FILE [--data DIR]
+         Write the published snapshot as a MaxMind DB (format 2.0): every answer under the
+         check result's names and the GeoIP2 City, ASN and Anonymous IP paths.`,
+    run: exportCommand,
   },
 ];

@@ -1,9 +1,12 @@
 /**
- * Enumerates the networks of a MaxMind DB file by walking its search tree
- * (MaxMind DB File Format Specification 2.0), visiting each node once.
- * mmdb-lib has no iterator, and stepping lookups through the address space
- * costs tens of seconds; its decoder still decodes the records (each distinct
- * record once: callers cache by data offset).
+ * The MaxMind DB format (MaxMind DB File Format Specification 2.0): its
+ * constants and node records, shared by this reader (imports) and the
+ * writer of `ipr export` (mmdb-export.ts); and the reader.
+ *
+ * The reader enumerates the networks of a file by walking its search tree,
+ * visiting each node once. mmdb-lib has no iterator, and stepping lookups
+ * through the address space costs tens of seconds; its decoder still decodes
+ * the records (each distinct record once: callers cache by data offset).
  *
  * IPv6 databases that also hold IPv4 keep it under ::/96 and alias
  * ::ffff:0:0/96 and 2002::/16 to the same subtree: the walk reports that
@@ -22,7 +25,68 @@ const { parseMetadata } = require('mmdb-lib/lib/metadata') as {
   parseMetadata(db: Buffer): { nodeCount: number; recordSize: number; ipVersion: number; databaseType: string };
 };
 
-const METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex'); // \xab\xcd\xefMaxMind.com
+/** Starts the metadata section, at the end of the file: \xab\xcd\xefMaxMind.com. */
+export const METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
+/** Zero bytes between the search tree and the data section. */
+export const DATA_SECTION_SEPARATOR = 16;
+/** Bits of a node's two records; a node takes recordSize / 4 bytes. */
+export const RECORD_SIZES = [24, 28, 32] as const;
+export type RecordSize = (typeof RECORD_SIZES)[number];
+/** Depth of the IPv4 subtree (::/96) in an IPv6 tree. */
+export const IPV4_SUBTREE_DEPTH = 96;
+/**
+ * Prefixes of an IPv6 tree whose record points at the IPv4 subtree, as
+ * MaxMind's databases have them (start words most significant first, length):
+ * IPv4-mapped ::ffff:0:0/96 and 6to4 2002::/16, which carries the IPv4
+ * address in its next 32 bits.
+ */
+export const IPV4_ALIASES = [
+  { start: [0, 0, 0xffff, 0], length: 96 },
+  { start: [0x20020000, 0, 0, 0], length: 16 },
+] as const;
+
+/** Data field types (the specification's numbers); above 7 they take an extended type byte. */
+export const DataType = {
+  Pointer: 1,
+  String: 2,
+  Double: 3,
+  Uint16: 5,
+  Uint32: 6,
+  Map: 7,
+  Uint64: 9,
+  Array: 11,
+  Boolean: 14,
+} as const;
+
+/** Reads the left (side 0) or right record of the node at byte `at`. */
+export function recordReader(b: Buffer, recordSize: RecordSize): (at: number, side: 0 | 1) => number {
+  if (recordSize === 24) return (o, side) => (side === 0 ? (b[o]! << 16) | (b[o + 1]! << 8) | b[o + 2]! : (b[o + 3]! << 16) | (b[o + 4]! << 8) | b[o + 5]!);
+  if (recordSize === 28) {
+    // The middle byte holds the top four bits of both records, the left's first.
+    return (o, side) =>
+      side === 0
+        ? ((b[o + 3]! & 0xf0) << 20) | (b[o]! << 16) | (b[o + 1]! << 8) | b[o + 2]!
+        : ((b[o + 3]! & 0x0f) << 24) | (b[o + 4]! << 16) | (b[o + 5]! << 8) | b[o + 6]!;
+  }
+  return (o, side) => b.readUInt32BE(o + 4 * side);
+}
+
+/** Writes a node's two records at byte `at`; the inverse of recordReader. */
+export function writeNode(b: Buffer, recordSize: RecordSize, at: number, left: number, right: number): void {
+  if (recordSize === 32) {
+    b.writeUInt32BE(left, at);
+    b.writeUInt32BE(right, at + 4);
+    return;
+  }
+  b[at] = left >>> 16;
+  b[at + 1] = left >>> 8;
+  b[at + 2] = left;
+  let o = at + 3;
+  if (recordSize === 28) b[o++] = ((left >>> 20) & 0xf0) | ((right >>> 24) & 0x0f);
+  b[o] = right >>> 16;
+  b[o + 1] = right >>> 8;
+  b[o + 2] = right;
+}
 
 export interface MmdbFile {
   databaseType: string;
@@ -48,36 +112,27 @@ export function openMmdb(buffer: Buffer, file: string): MmdbFile {
     throw invalid(file, `metadata unreadable (${(error as Error).message})`);
   }
   const { nodeCount, recordSize, ipVersion } = meta;
-  if (![24, 28, 32].includes(recordSize) || (ipVersion !== 4 && ipVersion !== 6) || !(nodeCount > 0)) {
+  if (!(RECORD_SIZES as readonly number[]).includes(recordSize) || (ipVersion !== 4 && ipVersion !== 6) || !(nodeCount > 0)) {
     throw invalid(file, `unsupported metadata (record size ${recordSize}, IP version ${ipVersion})`);
   }
   const nodeBytes = recordSize / 4;
   const treeSize = nodeCount * nodeBytes;
-  if (treeSize + 16 > markerAt) throw invalid(file, 'search tree larger than the file (truncated)');
+  if (treeSize + DATA_SECTION_SEPARATOR > markerAt) throw invalid(file, 'search tree larger than the file (truncated)');
   const b = buffer;
 
-  const left =
-    recordSize === 24
-      ? (o: number) => (b[o]! << 16) | (b[o + 1]! << 8) | b[o + 2]!
-      : recordSize === 28
-        ? (o: number) => ((b[o + 3]! & 0xf0) << 20) | (b[o]! << 16) | (b[o + 1]! << 8) | b[o + 2]!
-        : (o: number) => b.readUInt32BE(o);
-  const right =
-    recordSize === 24
-      ? (o: number) => (b[o + 3]! << 16) | (b[o + 4]! << 8) | b[o + 5]!
-      : recordSize === 28
-        ? (o: number) => ((b[o + 3]! & 0x0f) << 24) | (b[o + 4]! << 16) | (b[o + 5]! << 8) | b[o + 6]!
-        : (o: number) => b.readUInt32BE(o + 4);
+  const read = recordReader(b, recordSize as RecordSize);
+  const left = (o: number) => read(o, 0);
+  const right = (o: number) => read(o, 1);
 
   // The IPv4 subtree of an IPv6 database: 96 left turns from the root.
   let ipv4Start = -1;
   if (ipVersion === 6) {
     let node = 0;
     let depth = 0;
-    for (; depth < 96 && node < nodeCount; depth++) node = left(node * nodeBytes);
-    if (depth === 96 && node < nodeCount) ipv4Start = node;
+    for (; depth < IPV4_SUBTREE_DEPTH && node < nodeCount; depth++) node = left(node * nodeBytes);
+    if (depth === IPV4_SUBTREE_DEPTH && node < nodeCount) ipv4Start = node;
   }
-  const dataStart = treeSize + 16;
+  const dataStart = treeSize + DATA_SECTION_SEPARATOR;
   const decoder = new Decoder(buffer, dataStart);
 
   return {
@@ -90,7 +145,7 @@ export function openMmdb(buffer: Buffer, file: string): MmdbFile {
       const width = ipVersion === 6 ? 128 : 32;
       const visit = (node: number, depth: number, onZeroPath: boolean, inV4: boolean): void => {
         if (node === ipv4Start && depth > 0 && !inV4) {
-          if (!(depth === 96 && onZeroPath)) return; // an alias of the IPv4 subtree
+          if (!(depth === IPV4_SUBTREE_DEPTH && onZeroPath)) return; // an alias of the IPv4 subtree
           inV4 = true;
         }
         if (depth >= width) throw invalid(file, `the tree goes deeper than ${width} bits`);
@@ -104,9 +159,9 @@ export function openMmdb(buffer: Buffer, file: string): MmdbFile {
           if (value < nodeCount) {
             visit(value, depth + 1, onZeroPath && side === 0, inV4);
           } else if (value > nodeCount) {
-            const offset = value - nodeCount - 16 + dataStart;
+            const offset = value - nodeCount - DATA_SECTION_SEPARATOR + dataStart;
             if (offset >= markerAt) throw invalid(file, 'a record points past the data section');
-            if (inV4) network(4, v4Path, depth + 1 - 96, offset);
+            if (inV4) network(4, v4Path, depth + 1 - IPV4_SUBTREE_DEPTH, offset);
             else network(ipVersion as Family, path, depth + 1, offset);
           }
         }

@@ -71,7 +71,8 @@ export function removeAbandoned(dataDir: string): string[] {
   return removed;
 }
 
-function syncDir(dir: string): void {
+/** Makes a rename or creation in `dir` durable. */
+export function syncDir(dir: string): void {
   const fd = openSync(dir, 'r');
   try {
     fsyncSync(fd);

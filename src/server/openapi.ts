@@ -212,3 +212,85 @@ export function openapiDocument(plans: Map<string, Plan>): object {
   };
   return document;
 }
+
+/** The schemas the client's types are made of, and the names they take there (`Error` would hide the global). */
+const CLIENT_TYPES: Record<string, string> = {
+  CheckRequest: 'CheckRequest',
+  CheckResult: 'CheckResult',
+  Company: 'Company',
+  Location: 'Location',
+  Asn: 'Asn',
+  Error: 'ErrorBody',
+  RateLimitError: 'RateLimitErrorBody',
+  BatchRequest: 'BatchRequest',
+  BatchResponse: 'BatchResponse',
+  Health: 'Health',
+};
+
+interface Schema {
+  type?: string | string[];
+  enum?: unknown[];
+  const?: unknown;
+  $ref?: string;
+  oneOf?: Schema[];
+  allOf?: Schema[];
+  items?: Schema;
+  properties?: Record<string, Schema>;
+  required?: string[];
+  description?: string;
+}
+
+function docComment(text: string | undefined, indent: string): string {
+  if (text === undefined) return '';
+  const lines = text.split('\n');
+  return lines.length === 1 ? `${indent}/** ${text} */\n` : `${indent}/**\n${lines.map((l) => `${indent} * ${l}`.trimEnd()).join('\n')}\n${indent} */\n`;
+}
+
+/** The TypeScript type of a schema of the document (the subset openapiDocument uses). */
+function typeOf(schema: Schema, indent: string): string {
+  if (schema.$ref !== undefined) return CLIENT_TYPES[schema.$ref.split('/').pop()!]!;
+  if (schema.const !== undefined) return JSON.stringify(schema.const);
+  if (schema.enum !== undefined) return schema.enum.map((v) => JSON.stringify(v)).join(' | ');
+  if (schema.oneOf !== undefined) return schema.oneOf.map((s) => typeOf(s, indent)).join(' | ');
+  if (schema.allOf !== undefined) return schema.allOf.map((s) => typeOf(s, indent)).join(' & ');
+  const types = Array.isArray(schema.type) ? schema.type : schema.type === undefined ? [] : [schema.type];
+  if (types.length === 0) return 'unknown';
+  return types
+    .map((type) => {
+      if (type === 'null') return 'null';
+      if (type === 'string') return 'string';
+      if (type === 'integer' || type === 'number') return 'number';
+      if (type === 'boolean') return 'boolean';
+      if (type === 'array') {
+        const item = typeOf(schema.items ?? {}, indent);
+        return /[|&]/.test(item) ? `(${item})[]` : `${item}[]`;
+      }
+      if (schema.properties === undefined) return 'Record<string, unknown>';
+      const required = new Set(schema.required ?? []);
+      const fields = Object.entries(schema.properties).map(
+        ([name, property]) => `${docComment(property.description, `${indent}  `)}${indent}  ${name}${required.has(name) ? '' : '?'}: ${typeOf(property, `${indent}  `)};`,
+      );
+      return `{\n${fields.join('\n')}\n${indent}}`;
+    })
+    .join(' | ');
+}
+
+/**
+ * The TypeScript types of the API's bodies, generated from the document: the
+ * typed client's types (src/client/types.ts, written by `npm run openapi`;
+ * test/client-types.test.ts fails when they drift from the document).
+ */
+export function clientTypes(document: object): string {
+  const schemas = (document as { components: { schemas: Record<string, Schema> } }).components.schemas;
+  const declarations = Object.entries(CLIENT_TYPES).map(([schemaName, name]) => {
+    const schema = schemas[schemaName]!;
+    const type = typeOf(schema, '');
+    const comment = docComment(schema.description, '');
+    return type.startsWith('{\n') ? `${comment}export interface ${name} ${type}` : `${comment}export type ${name} = ${type};`;
+  });
+  return `// The bodies of the ip-reputation API. Generated from openapi.json by \`npm run openapi\`
+// (src/server/openapi.ts, clientTypes): do not edit.
+
+${declarations.join('\n\n')}
+`;
+}
