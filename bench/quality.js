@@ -12,7 +12,9 @@
 // is_tor, ...) and the share with any flag; for the negative sets (expect
 // null: consumer ISP space), the share with any flag is the false-positive
 // rate. Pooled per category: hits over addresses of every set of that
-// category. The evaluation addresses are only read here: never copy them into a
+// category. Residential addresses that are flagged are counted per source
+// listing them (from the evidence, Snapshot.explain): what the precision
+// rules of src/pipeline/trust.ts are tuned on. The evaluation addresses are only read here: never copy them into a
 // feed, a fixture or the repository.
 //
 // Results go to stdout and bench/results/quality-<time>.json.
@@ -77,6 +79,8 @@ try {
   console.log(`evaluation sets: ${options.eval} (${manifest.split ?? 'unnamed split'})\n`);
 
   const sets = [];
+  /** Source name -> residential addresses it flags (from the evidence). */
+  const residentialBySource = new Map();
   for (const set of manifest.sets) {
     const category = set.expect === null ? 'residential' : set.expect.replace(/^is_/, '');
     const ips = addresses(path.join(options.eval, set.file));
@@ -85,7 +89,14 @@ try {
     for (const ip of ips) {
       const r = snapshot.lookup(ip);
       if (set.expect !== null && r[set.expect]) expected++;
-      if (FLAGS.some((f) => r[f])) any++;
+      if (FLAGS.some((f) => r[f])) {
+        any++;
+        if (set.expect === null) {
+          for (const name of new Set(snapshot.explain(ip).evidence.map((e) => e.source))) {
+            residentialBySource.set(name, (residentialBySource.get(name) ?? 0) + 1);
+          }
+        }
+      }
     }
     sets.push({ id: set.id, category, expect: set.expect, addresses: ips.length, expected, any });
   }
@@ -120,11 +131,17 @@ try {
     );
   }
 
+  const bySource = Object.fromEntries([...residentialBySource].sort((a, b) => b[1] - a[1]));
+  if (residentialBySource.size > 0) {
+    console.log('\nresidential addresses flagged, by source listing them (the evidence):');
+    for (const [name, count] of Object.entries(bySource)) console.log(`  ${name.padEnd(28)} ${count}`);
+  }
+
   mkdirSync(path.join(root, 'bench', 'results'), { recursive: true });
   const file = path.join(root, 'bench', 'results', `quality-${env.date.replace(/[:.]/g, '-')}.json`);
   writeFileSync(
     file,
-    JSON.stringify({ environment: env, sources: options.sources, eval: options.eval, build, sets, pooled}, null, 2),
+    JSON.stringify({ environment: env, sources: options.sources, eval: options.eval, build, sets, pooled, residential_by_source: bySource }, null, 2),
   );
   console.log(`\nresults: ${path.relative(root, file)}`);
 } finally {

@@ -9,7 +9,7 @@
  * with the same location hold the same object.
  */
 import { IprError, invalidIp } from './errors.js';
-import { Entry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
+import { Entry, NO_RECORD, native, type NativeEvidence, type NativeSnapshotHandle } from './native.js';
 import { FLAG, loadRiskConfig, riskTable, type Recommendation, type Risk, type RiskConfig } from './risk.js';
 
 export type CompanyType = 'hosting' | 'isp' | 'business' | 'education' | 'government' | 'vpn';
@@ -51,6 +51,26 @@ export interface CheckResult {
   company: Company | null;
   location: Location | null;
   asn: Asn | null;
+}
+
+/** The flag tables, by their native ids (evidence names them). */
+const FLAG_TABLES = ['tor', 'vpn', 'proxy', 'relay', 'hosting'] as const;
+
+/** One source listing an address (README "What the answers mean": evidence). */
+export interface Evidence {
+  /** The flag it sets. */
+  table: (typeof FLAG_TABLES)[number];
+  /** The source's name in the sources configuration the snapshot was built from. */
+  source: string;
+  /** The listed prefix holding the address; for an ASN list, the ASN's route. */
+  prefix: string;
+  /** For an ASN list: the ASN it names. */
+  asn?: number;
+}
+
+/** A check result with the evidence behind its flags, after the documented fields. */
+export interface ExplainedResult extends CheckResult {
+  evidence: Evidence[];
 }
 
 /** What lookupMany answers for an entry that is not an address (the error body of spec 2.3). */
@@ -163,6 +183,7 @@ export class Snapshot {
   #companies!: RecordTable<Company>;
   #asns!: RecordTable<AsnRecord>;
   #locations!: RecordTable<Location>;
+  #sources!: RecordTable<string>;
   #meta: { path: string; meta: SnapshotInfo['meta'] } | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -254,6 +275,42 @@ export class Snapshot {
     return results;
   }
 
+  /**
+   * The check result of one address with its evidence: which sources list
+   * it (the prefix each lists), in the tables whose flag it carries. Not on
+   * the lookup path (it searches the snapshot's evidence and allocates).
+   * Throws an IprError `invalid_ip` when `ip` is not an address.
+   */
+  explain(ip: string): ExplainedResult {
+    this.#assertOpen();
+    const explained = typeof ip === 'string' ? this.#handle.explain(ip) : null;
+    if (explained === null) throw invalidIp(ip);
+    const result = this.#result(ip, 0);
+    return { ...result, evidence: this.#evidence(explained.evidence, result) };
+  }
+
+  /**
+   * explain() as JSON text: the check result exactly as lookupJson writes it,
+   * then `"evidence"` before its closing brace; null when `ip` is not an address.
+   */
+  explainJson(ip: unknown): string | null {
+    this.#assertOpen();
+    const explained = this.#handle.explain(ip);
+    if (explained === null) return null;
+    const result = this.#result(ip as string, 0);
+    const evidence = JSON.stringify(this.#evidence(explained.evidence, result));
+    return `${this.#json.toString('latin1', 0, explained.json - 1)},"evidence":${evidence}}`;
+  }
+
+  #evidence(raw: NativeEvidence[], result: CheckResult): Evidence[] {
+    return raw.map((e) => ({
+      table: FLAG_TABLES[e.table]!,
+      source: this.#sources.get(e.source),
+      prefix: e.prefix,
+      ...(e.byAsn && result.asn !== null ? { asn: result.asn.number } : {}),
+    }));
+  }
+
   /** The snapshot answering now: its file, build time, checksum and the build's metadata. */
   info(): SnapshotInfo {
     this.#assertOpen();
@@ -307,10 +364,11 @@ export class Snapshot {
   }
 
   #syncRecords(): void {
-    const [companies, asns, locations] = this.#handle.records();
+    const [companies, asns, locations, sources] = this.#handle.records();
     this.#companies = new RecordTable(companies);
     this.#asns = new RecordTable(asns);
     this.#locations = new RecordTable(locations);
+    this.#sources = new RecordTable(sources);
     this.#generation = this.#words[0]!;
   }
 

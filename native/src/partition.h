@@ -30,6 +30,7 @@ struct Prefix {
   uint32_t value;
   uint32_t order;  // insertion order: of two equal prefixes, the later wins
   uint8_t len;
+  uint16_t source;  // the source that listed it (evidence); fits the padding after `len`
 };
 
 template <typename K, typename V = uint32_t>
@@ -71,7 +72,7 @@ inline int FloorLog2(K v) {  // v > 0
 
 // Appends the exact prefixes covering first..last (first <= last).
 template <typename K>
-void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::vector<Prefix<K>>* out) {
+void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, uint16_t source, std::vector<Prefix<K>>* out) {
   constexpr int kBits = KeyBits<K>();
   const K kMax = ~K{0};
   while (true) {
@@ -81,7 +82,7 @@ void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::v
       int fit = FloorLog2(static_cast<K>(last - first + 1));
       size_log2 = std::min(size_log2, fit);
     }
-    out->push_back(Prefix<K>{first, value, order, static_cast<uint8_t>(kBits - size_log2)});
+    out->push_back(Prefix<K>{first, value, order, static_cast<uint8_t>(kBits - size_log2), source});
     K block_last = size_log2 == kBits ? kMax : first + ((K{1} << size_log2) - 1);
     if (block_last == last) return;
     first = block_last + 1;
