@@ -59,7 +59,7 @@ t.test('ipr info: the published snapshot and where its data came from', async (t
   t.equal(r.code, 0, r.stderr);
   const info = JSON.parse(r.stdout);
   t.match(info, { format_version: Number, built_at: String, file_bytes: Number, checksum: /^[0-9a-f]{16}$/ });
-  t.equal(info.meta.sources.length, 29);
+  t.equal(info.meta.sources.length, 51);
   t.match(info.meta.sources.find((s: { name: string }) => s.name === 'geo-ipv4'), {
     kind: 'geo',
     format: 'mmdb',

@@ -264,9 +264,13 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
    * The shared first part of /check and /check/batch: authentication (401,
    * 403, with the per-address limit), then one request against the key's
    * limits (429), then the body (413, 415). Calls `withBody` with the body
-   * text and the key's grant and window; any throw answers 500.
+   * text, the key's grant and window, and the query string; any throw answers 500.
    */
-  function keyed(route: number, maxBody: number, withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window) => void) {
+  function keyed(
+    route: number,
+    maxBody: number,
+    withBody: (res: HttpResponse, state: RequestState, text: string, grant: KeyGrant, limits: Window, query: string) => void,
+  ) {
     const routeName = ROUTES[route]!;
     return (res: HttpResponse, req: HttpRequest): void => {
       const state = begin(route);
@@ -282,6 +286,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         const authorization = req.getHeader('authorization');
         const contentType = req.getHeader('content-type');
         const declaredLength = req.getHeader('content-length');
+        const query = req.getQuery();
         const now = ctx.clock.now();
 
         const auth = authenticate(authorization, res);
@@ -333,7 +338,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
               sendError(res, state, 'invalid_json', limits, { reason: 'the body is not UTF-8' });
               return;
             }
-            withBody(res, state, text, grant, limits);
+            withBody(res, state, text, grant, limits, query);
           } catch (error) {
             ctx.onError(error, routeName, `${ctx.worker}-${state.id}`);
             sendError(res, state, 'internal_error', limits);
@@ -358,12 +363,14 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
 
   app.post(
     '/v1/check',
-    keyed(Route.Check, MAX_CHECK_BODY, (res, state, text, _grant, limits) => {
+    keyed(Route.Check, MAX_CHECK_BODY, (res, state, text, _grant, limits, query) => {
       const body = parseObject(text);
       if (body === null) return sendError(res, state, 'invalid_json', limits);
       const ip = body.ip;
       if (ip === undefined || ip === null) return sendError(res, state, 'missing_ip', limits);
-      const result = ctx.snapshot.lookupJsonBytes(ip);
+      // ?explain=1: the same answer with "evidence" after the documented fields (README "What the answers mean").
+      const explain = query !== '' && new URLSearchParams(query).get('explain') === '1';
+      const result = explain ? ctx.snapshot.explainJson(ip) : ctx.snapshot.lookupJsonBytes(ip);
       if (result === null) return sendError(res, state, 'invalid_ip', limits, { ip: inputAsText(ip) });
       send(res, state, 200, result, limits);
     }),

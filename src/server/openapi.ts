@@ -78,8 +78,12 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         `Limits per key, by plan:\n\n| plan | requests per day | requests per second |\n|---|---|---|\n${planRows}\n\n` +
         'Risk score: the sum of the points of the flags (tor 80, vpn 60, proxy 50, relay 40, hosting 30 by default), capped at 100; ' +
         'recommendation `block` from 70, `verify` from 40, else `allow` (operators can change both).\n\n' +
-        'Data: X4BNet lists_vpn (MIT), Tor exit lists, iCloud Private Relay egress ranges, monosans/proxy-list (MIT), lord-alfred/ipranges (CC0), ' +
-        '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0).',
+        'Data: X4BNet lists_vpn (MIT), Tor exit lists and Onionoo (CC0), iCloud Private Relay egress ranges, the VPN providers\' own server lists ' +
+        '(NordVPN, Proton VPN, Mullvad, PIA, Surfshark, Windscribe, AirVPN, IVPN, OVPN, RiseupVPN; Joe12387/open-source-vpn-ip-lists, CC0), ' +
+        'monosans/proxy-list (MIT), elliottophellia/proxylist (WTFPL), fyvri/fresh-proxy-list (MIT), O-X-L/risk-db-lists (BSD-3-Clause), ' +
+        'brianhama/bad-asn-list (MIT), Umkus/ip-index (GPL-3.0), lord-alfred/ipranges (CC0), ' +
+        '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0). ' +
+        '`ipr info` lists the sources of the snapshot being served, with their licenses.',
     },
     servers: [{ url: '/v1', description: 'This server; the version is the path prefix.' }],
     components: {
@@ -105,7 +109,9 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         },
         CheckResult: {
           type: 'object',
-          description: 'Fields in this order, no others. Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
+          description:
+            'Fields in this order, no others (`evidence` only with `?explain=1`, after them). Special-purpose addresses ' +
+            '(private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
           required: ['ip', 'is_vpn', 'is_proxy', 'is_tor', 'is_relay', 'is_hosting', 'risk_score', 'recommendation', 'company', 'location', 'asn'],
           additionalProperties: false,
           properties: {
@@ -120,6 +126,22 @@ export function openapiDocument(plans: Map<string, Plan>): object {
             company: { oneOf: [{ $ref: '#/components/schemas/Company' }, { type: 'null' }] },
             location: { oneOf: [{ $ref: '#/components/schemas/Location' }, { type: 'null' }] },
             asn: { oneOf: [{ $ref: '#/components/schemas/Asn' }, { type: 'null' }] },
+            evidence: {
+              type: 'array',
+              description: 'With `?explain=1` only: every source listing the address, in the tables whose flag it carries.',
+              items: { $ref: '#/components/schemas/Evidence' },
+            },
+          },
+        },
+        Evidence: {
+          type: 'object',
+          required: ['table', 'source', 'prefix'],
+          additionalProperties: false,
+          properties: {
+            table: { type: 'string', enum: ['tor', 'vpn', 'proxy', 'relay', 'hosting'], description: 'The flag the listing sets.' },
+            source: { type: 'string', description: 'The source, by its name in the sources configuration of the snapshot.' },
+            prefix: { type: 'string', description: 'The listed prefix holding the address, in CIDR; for an ASN list, the route of the ASN.' },
+            asn: { type: 'integer', description: 'For an ASN list: the ASN it names.' },
           },
         },
         Company: {
@@ -132,7 +154,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
               type: 'string',
               enum: ['hosting', 'isp', 'business', 'education', 'government', 'vpn'],
               description:
-                'From a provider source (cloud ranges: hosting), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, ' +
+                'From a provider source (cloud ranges: hosting; a VPN provider\'s own server list: vpn), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, ' +
                 'else from the organisation name (education, government, hosting, isp), else business.',
             },
             domain: nullable('string'),
@@ -202,6 +224,15 @@ export function openapiDocument(plans: Map<string, Plan>): object {
           operationId: 'checkIp',
           summary: 'Check one IP address',
           security: checkSecurity,
+          parameters: [
+            {
+              name: 'explain',
+              in: 'query',
+              required: false,
+              schema: { type: 'string', enum: ['1'] },
+              description: '`1`: the answer adds `evidence`, which sources list the address (why it is flagged).',
+            },
+          ],
           requestBody: { required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/CheckRequest' } } } },
           responses: {
             '200': {
