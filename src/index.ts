@@ -11,6 +11,8 @@ export {
   Snapshot,
   type OpenOptions,
   type CheckResult,
+  type ExplainedResult,
+  type Evidence,
   type LookupError,
   type Company,
   type CompanyType,

@@ -48,7 +48,7 @@ uint64_t Load64(const uint8_t* p) {
 // and its page count.
 namespace lmdb {
 constexpr size_t kHeaderSize = 24, kFlagsAt = 18, kLowerAt = 20, kUpperAt = 22;
-constexpr uint16_t kLeafPage = 0x02, kMetaPage = 0x08;
+constexpr uint16_t kBranchPage = 0x01, kLeafPage = 0x02, kMetaPage = 0x08;
 constexpr size_t kMagicAt = 24, kVersionAt = 28, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136;
 constexpr uint32_t kMagic = 0xBEEFC0DE, kDataVersion = 2;
 constexpr uint64_t kNoPage = ~uint64_t{0};
@@ -80,18 +80,44 @@ bool LeafPageSound(const uint8_t* page, uint32_t page_size) {
   return true;
 }
 
+// A root page LMDB can use: a sound leaf page, or a branch page whose every
+// node lies inside it and names, as its child, a sound leaf page inside the
+// file (`page` is overwritten by the children).
+bool RootPageSound(int fd, std::vector<uint8_t>* page, uint32_t page_size, uint64_t file_pages) {
+  using namespace lmdb;
+  const uint8_t* p = page->data();
+  if (Load16(p + kFlagsAt) != kBranchPage) return LeafPageSound(p, page_size);
+  uint16_t lower = Load16(p + kLowerAt), upper = Load16(p + kUpperAt);
+  if (lower == 0 || lower % 2 != 0 || lower > upper || kHeaderSize + upper > page_size) return false;
+  // A branch node: the child's page number in its first six bytes, then its key size and key.
+  std::vector<uint64_t> children;
+  for (unsigned i = 0; i < lower / 2u; ++i) {
+    uint64_t at = kHeaderSize + Load16(p + kHeaderSize + 2 * i);
+    if (at % 2 != 0 || at + kNodeHeaderSize > page_size || at + kNodeHeaderSize + Load16(p + at + 6) > page_size) return false;
+    uint64_t child = Load16(p + at) | uint64_t{Load16(p + at + 2)} << 16 | uint64_t{Load16(p + at + 4)} << 32;
+    if (child < 2 || child >= file_pages) return false;
+    children.push_back(child);
+  }
+  for (uint64_t child : children) {
+    if (!ReadAt(fd, page->data(), page_size, child * page_size) || !LeafPageSound(page->data(), page_size)) return false;
+  }
+  return true;
+}
+
 // LMDB trusts the pages it reads. It checks the magic and version of the
 // first meta page only, takes the page size from whichever meta page has the
 // higher transaction id and divides by it before checking anything else (a
 // meta page overwritten by another page raised SIGFPE); and it walks its tree
 // as the pages say: a root page flagged as a branch sent it to pages near the
 // end of the file and read past it (SIGBUS), odd node offsets made it read
-// misaligned nodes. A snapshot's main tree is one leaf page (the writer puts
-// twelve small entries in it), so that is all this accepts: both meta pages
-// sound, with one page size, the main tree without flags and its root a leaf
-// page inside the file whose nodes lie inside it. LMDB then reads nothing for
-// a key beyond that page and the overflow page numbers it checks itself.
-// Empty when sound.
+// misaligned nodes. A snapshot's main tree holds twelve entries: one leaf
+// page, or, when the values small enough to be kept in the tree (a small
+// build's metadata and record tables) fill more than a page, a branch page
+// over leaf pages. That is all this accepts: both meta pages sound, with one
+// page size, the main tree without flags and its root such a page inside the
+// file, every node inside its page. LMDB then reads nothing for a key beyond
+// those pages and the overflow page numbers it checks itself. Empty when
+// sound.
 std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
   using namespace lmdb;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -120,7 +146,7 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
     uint64_t root = Load64(meta[i] + kMainRootAt);
     if (root == kNoPage) continue;  // an empty tree: the first meta page of a new file
     if (root < 2 || root >= file_size / page_size || !ReadAt(fd, page.data(), page_size, root * page_size) ||
-        !LeafPageSound(page.data(), page_size)) {
+        !RootPageSound(fd, &page, page_size, file_size / page_size)) {
       problem = "LMDB root page " + std::to_string(root) + " is damaged";
     }
   }

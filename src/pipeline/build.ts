@@ -201,8 +201,12 @@ function staleness(source: Source, provenance: SourceInput['provenance'], now: n
   const at = 'fetched_at' in provenance ? provenance.fetched_at : provenance.modified_at;
   const age = now - Date.parse(at);
   if (!(age > source.maxAgeMs)) return null;
-  const hours = (ms: number) => `${(ms / 3_600_000).toFixed(1)} h`;
-  return `its copy (from ${at}) is ${hours(age)} old, more than its max_age of ${hours(source.maxAgeMs)}`;
+  return `its copy (from ${at}) is ${duration(age)} old, more than its max_age of ${duration(source.maxAgeMs)}`;
+}
+
+function duration(ms: number): string {
+  if (ms < 120_000) return `${Math.round(ms / 1000)} s`;
+  return ms < 48 * 3_600_000 ? `${(ms / 3_600_000).toFixed(1)} h` : `${(ms / 86_400_000).toFixed(1)} d`;
 }
 
 /** `ipr build`: collects the sources, builds a snapshot and publishes it, holding the data folder's lock. */
