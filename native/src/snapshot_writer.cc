@@ -107,6 +107,15 @@ void Put(std::vector<uint8_t>* out, const T& v) {
   out->insert(out->end(), p, p + sizeof v);
 }
 
+// An evidence blob's header: its magic and entry count.
+std::vector<uint8_t> EvidenceHeader(const char* magic, size_t count) {
+  std::vector<uint8_t> blob(kEvidenceHeaderSize);
+  uint32_t n = static_cast<uint32_t>(count);
+  std::memcpy(blob.data(), magic, 4);
+  std::memcpy(blob.data() + 4, &n, 4);
+  return blob;
+}
+
 // The "ev.prefix" blob of one family (snapshot_format.h) from the prefixes of
 // its flag tables, each kept with the source that listed it.
 template <typename K>
@@ -126,10 +135,7 @@ std::vector<uint8_t> PrefixEvidenceBlob(const std::vector<Prefix<K>>* flag_table
   entries.erase(std::unique(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) == key(b); }),
                 entries.end());
   constexpr unsigned kBits = KeyBits<K>();
-  std::vector<uint8_t> blob(kEvidenceHeaderSize);
-  std::memcpy(blob.data(), "EVP1", 4);
-  uint32_t count = static_cast<uint32_t>(entries.size());
-  std::memcpy(blob.data() + 4, &count, 4);
+  std::vector<uint8_t> blob = EvidenceHeader("EVP1", entries.size());
   size_t at = 0;
   for (unsigned len = 0; len <= kBits + 1; ++len) {
     while (at < entries.size() && entries[at].len < len) ++at;
@@ -346,10 +352,7 @@ std::vector<uint8_t> SnapshotWriter::AsnEvidenceBlob() const {
   std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) < key(b); });
   entries.erase(std::unique(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) == key(b); }),
                 entries.end());
-  std::vector<uint8_t> blob(kEvidenceHeaderSize);
-  std::memcpy(blob.data(), "EVA1", 4);
-  uint32_t count = static_cast<uint32_t>(entries.size());
-  std::memcpy(blob.data() + 4, &count, 4);
+  std::vector<uint8_t> blob = EvidenceHeader("EVA1", entries.size());
   for (const Entry& e : entries) {
     Put(&blob, e.record);
     Put(&blob, e.source);
