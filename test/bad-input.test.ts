@@ -63,7 +63,7 @@ t.test('flipped bytes anywhere in the data are caught by the checksum', async (t
   }
 });
 
-t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE)', async (t) => {
+t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE, and a read outside the mapping)', async (t) => {
   const cases: [string, (bytes: Buffer) => void][] = [
     // A reordered file: the first page of the IPv4 trie over the second meta
     // page. LMDB picked it for its higher "transaction id" and divided by its
@@ -76,6 +76,20 @@ t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found 
     }],
     ['meta page 0 with page size 0', (bytes) => bytes.writeUInt32LE(0, pageSizeAt)],
     ['meta page 0 with page size 3000', (bytes) => bytes.writeUInt32LE(3000, pageSizeAt)],
+    // LMDB maps the larger of the map size and the end of the last page: here
+    // one page, and it read the second meta page outside its mapping (ASan:
+    // wild pointer in mdb_pick_meta; fuzz_snapshot found it).
+    ['meta page 1 naming a map of one page', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + lastPageAt);
+    }],
+    // The same through a last page number whose end wraps around 64 bits.
+    ['meta page 1 naming a last page that wraps', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+      bytes.writeBigUInt64LE(2n ** 64n / BigInt(pageSize) - 1n, pageSize + lastPageAt);
+    }],
   ];
   for (const [name, damage] of cases) {
     const { dir, file } = await damagedSnapshot(t, (f) => {

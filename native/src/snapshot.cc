@@ -49,7 +49,8 @@ uint64_t Load64(const uint8_t* p) {
 namespace lmdb {
 constexpr size_t kHeaderSize = 24, kFlagsAt = 18, kLowerAt = 20, kUpperAt = 22;
 constexpr uint16_t kBranchPage = 0x01, kLeafPage = 0x02, kMetaPage = 0x08;
-constexpr size_t kMagicAt = 24, kVersionAt = 28, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136;
+constexpr size_t kMagicAt = 24, kVersionAt = 28, kMapSizeAt = 40, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136,
+                 kLastPageAt = 144;
 constexpr uint32_t kMagic = 0xBEEFC0DE, kDataVersion = 2;
 constexpr uint64_t kNoPage = ~uint64_t{0};
 constexpr size_t kNodeHeaderSize = 8, kOverflowRefSize = 24;
@@ -122,7 +123,7 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
   using namespace lmdb;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "cannot be read";
-  uint8_t meta[2][kMainRootAt + 8];
+  uint8_t meta[2][kLastPageAt + 8];
   uint32_t page_size = 0;
   std::string problem;
   for (int i = 0; i < 2 && problem.empty(); ++i) {
@@ -134,8 +135,13 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
     uint32_t size = Load32(meta[i] + kPageSizeAt);
     // Page sizes LMDB writes: the OS page size, 4 KiB to 64 KiB.
     bool size_ok = size >= 4096 && size <= 65536 && (size & (size - 1)) == 0 && (i == 0 || size == page_size);
+    // LMDB maps the larger of the map size and the end of the last page named
+    // (in 64-bit arithmetic that wraps, as here): less than the two meta
+    // pages, and it read the second one outside its mapping.
+    uint64_t mapped = std::max(Load64(meta[i] + kMapSizeAt), (Load64(meta[i] + kLastPageAt) + 1) * uint64_t{size});
+    bool map_ok = mapped >= 2 * uint64_t{size};
     if (!(Load16(meta[i] + kFlagsAt) & kMetaPage) || Load32(meta[i] + kMagicAt) != kMagic ||
-        (Load32(meta[i] + kVersionAt) & 0xFFFF) != kDataVersion || !size_ok || Load16(meta[i] + kMainFlagsAt) != 0) {
+        (Load32(meta[i] + kVersionAt) & 0xFFFF) != kDataVersion || !size_ok || !map_ok || Load16(meta[i] + kMainFlagsAt) != 0) {
       problem = "LMDB meta page " + std::to_string(i) + " is damaged";
     }
     page_size = size;

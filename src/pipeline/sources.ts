@@ -139,6 +139,8 @@ export function loadSources(file: string): SourcesConfig {
   }
   const list = (parsed as { sources?: unknown })?.sources;
   if (!Array.isArray(list) || list.length === 0) fail(file, 'needs a non-empty "sources" array');
+  // A source's index is its 16-bit id in the snapshot's evidence.
+  if (list.length > 0xffff) fail(file, `has ${list.length} sources, more than ${0xffff}`);
   const names = new Set<string>();
   const sources = list.map((entry: unknown, i: number): Source => {
     const s = entry as Record<string, unknown>;
