@@ -64,7 +64,7 @@ function v4Value(text) {
 }
 
 /** A random address inside "address", "address/len" (IPv4 or IPv6). */
-function inside(prefix, next) {
+export function inside(prefix, next) {
   const [address, lenText] = prefix.trim().split('/');
   if (address.includes(':')) {
     const len = lenText === undefined ? 128 : Number(lenText);

@@ -33,3 +33,11 @@ export function parseClockText(text: string): number | null {
   const ms = /^[0-9]+$/.test(t) ? Number(t) : Date.parse(t);
   return Number.isFinite(ms) ? ms : null;
 }
+
+/** "1h", "15m", "90s", "1d" or a number of seconds, in milliseconds; null when not a duration. */
+export function parseDuration(text: string): number | null {
+  const match = /^([0-9]+(?:\.[0-9]+)?)(s|m|h|d)?$/.exec(text.trim());
+  if (match === null) return null;
+  const ms = Number(match[1]) * { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(match[2] ?? 's') as 's']!;
+  return ms >= 1000 ? ms : null;
+}

@@ -18,7 +18,7 @@ export {
   ExportEntry,
   EXPORT_ENTRY_WORDS,
 } from './snapshot.js';
-export type { CheckResult, Company, CompanyType, Location, Asn, Recommendation } from './result.js';
+export type { CheckResult, Company, CompanyType, Location, Asn, Recommendation, Evidence, ExplainedResult } from './result.js';
 export { buildSnapshot, type BuildOptions, type BuildSummary, type BuildProgress } from './pipeline/build.js';
 export { exportMmdb, type ExportOptions, type ExportSummary } from './pipeline/mmdb-export.js';
 export { loadSources, type Source, type SourcesConfig } from './pipeline/sources.js';

@@ -37,7 +37,7 @@ export const ExportEntry = {
   Location: 10,
 } as const;
 
-export const RecordKind = { Company: 0, Asn: 1, Location: 2 } as const;
+export const RecordKind = { Company: 0, Asn: 1, Location: 2, Source: 3 } as const;
 export type RecordKind = (typeof RecordKind)[keyof typeof RecordKind];
 
 /** "No record" in an entry's record words. */
@@ -66,6 +66,11 @@ export interface NativeSnapshotHandle {
   lookupBatchJson(texts: readonly unknown[]): number;
   /** Looks texts[from, from + count) up into consecutive entries; returns how many it wrote. */
   lookupBatch(texts: readonly unknown[], from: number, count: number): number;
+  /**
+   * The evidence of `text`'s answer (null when it is not an address); also
+   * writes its entry and its JSON (`json` bytes), as lookup and lookupJson do, from the same snapshot.
+   */
+  explain(text: unknown): { json: number; evidence: NativeEvidence[] } | null;
   info(): NativeSnapshotInfo;
   /**
    * The answer space for exports, in batches of `layout.exportWords`-word
@@ -73,11 +78,23 @@ export interface NativeSnapshotHandle {
    * reads each batch before it returns.
    */
   exportPrefixes(out: ArrayBuffer, onBatch: (count: number) => void): void;
-  /** The company, ASN and location record tables, mapped (read-only). */
-  records(): [ArrayBuffer, ArrayBuffer, ArrayBuffer];
+  /** The company, ASN, location and source record tables, mapped (read-only). */
+  records(): [ArrayBuffer, ArrayBuffer, ArrayBuffer, ArrayBuffer];
   /** Re-reads the published pointer; resolves true when a newer snapshot was swapped in. */
   refresh(): Promise<boolean>;
   close(): void;
+}
+
+/** One source listing an address (binding.cc explain). */
+export interface NativeEvidence {
+  /** A flag table: a TABLE_ID of src/result.ts. */
+  table: number;
+  /** A source record id. */
+  source: number;
+  /** The listed prefix holding the address; for an ASN listing, the ASN's route. */
+  prefix: string;
+  /** The source listed the address's ASN. */
+  byAsn: boolean;
 }
 
 export interface NativeSnapshotInfo {
@@ -103,9 +120,15 @@ export interface NativeCompileStats {
 }
 
 export interface NativeSnapshotWriter {
-  /** `table`: a TABLE_ID of src/result.ts. */
-  add(table: number, family: 4 | 6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, count: number): void;
+  /** `table`: a TABLE_ID of src/result.ts; `sources[i]`: the source id of range i (evidence). */
+  add(table: number, family: 4 | 6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, sources: Uint16Array, count: number): void;
   setAsnAttributes(flags: Uint8Array, companies: Uint32Array): void;
+  /** Entry i: source sources[i] gives ASN record records[i] the flag of table tables[i]. */
+  setAsnEvidence(records: Uint32Array, sources: Uint16Array, tables: Uint8Array): void;
+  /** The ASN record each address (network order, 4 or 16 bytes each) will answer; resolves that ASN table. */
+  asnRecordsOf(family: 4 | 6, addresses: Uint8Array, count: number): Uint32Array;
+  /** Per ASN record id, the IPv4 addresses that answer it; resolves the IPv4 ASN table. */
+  asnV4AddressCounts(): Float64Array;
   setRecords(kind: RecordKind, bytes: Uint8Array, offsets: Uint32Array): void;
   compile(): NativeCompileStats;
   write(path: string, metaJson: string, builtAtMs: number): void;

@@ -78,6 +78,23 @@ export interface CheckResult {
   asn: Asn | null;
 }
 
+/** One source listing an address: the evidence an explained answer adds (docs/API.md "Evidence"). */
+export interface Evidence {
+  /** The flag it sets. */
+  table: Flag;
+  /** The source's name in the sources configuration the snapshot was built from. */
+  source: string;
+  /** The listed prefix holding the address; for an ASN list, the ASN's route. */
+  prefix: string;
+  /** For an ASN list: the ASN it names. */
+  asn?: number;
+}
+
+/** A check result with the evidence behind its flags, after the documented fields. */
+export interface ExplainedResult extends CheckResult {
+  evidence: Evidence[];
+}
+
 type Schema = Readonly<Record<string, unknown>>;
 /** An object's fields in order, each with its JSON Schema; the type names every field of T, and no other. */
 type Fields<T> = { readonly [K in keyof T]-?: Schema };
@@ -106,7 +123,7 @@ export const COMPANY_FIELDS: Fields<Company> = {
     type: 'string',
     enum: COMPANY_TYPES,
     description:
-      'From a provider source (cloud ranges: hosting), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, ' +
+      "From a provider source (cloud ranges: hosting; a VPN provider's own server list: vpn), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, " +
       'else from the organisation name (education, government, hosting, isp), else business.',
   },
   domain: nullable('string'),
@@ -128,23 +145,38 @@ export const ASN_FIELDS: Fields<Asn> = {
   route: { type: 'string', description: 'The most specific announced prefix containing the address, in CIDR.' },
 };
 
-function objectSchema(fields: Record<string, Schema>, description?: string): Schema {
+export const EVIDENCE_FIELDS: Fields<Evidence> = {
+  table: { type: 'string', enum: FLAG_TABLES, description: 'The flag the listing sets.' },
+  source: { type: 'string', description: 'The source, by its name in the sources configuration of the snapshot.' },
+  prefix: { type: 'string', description: 'The listed prefix holding the address, in CIDR; for an ASN list, the route of the ASN.' },
+  asn: { type: 'integer', description: 'For an ASN list: the ASN it names.' },
+};
+
+function objectSchema(fields: Record<string, Schema>, description?: string, required: string[] = Object.keys(fields)): Schema {
   return {
     type: 'object',
     ...(description === undefined ? {} : { description }),
-    required: Object.keys(fields),
+    required,
     additionalProperties: false,
     properties: fields,
   };
 }
 
 /** The OpenAPI schemas of the check result and its objects. */
-export function resultSchemas(): Record<'CheckResult' | 'Company' | 'Location' | 'Asn', Schema> {
+export function resultSchemas(): Record<'CheckResult' | 'Evidence' | 'Company' | 'Location' | 'Asn', Schema> {
+  const evidence: Schema = {
+    type: 'array',
+    description: 'With `?explain=1` only: every source listing the address, in the tables whose flag it carries.',
+    items: { $ref: '#/components/schemas/Evidence' },
+  };
   return {
     CheckResult: objectSchema(
-      CHECK_RESULT_FIELDS,
-      'Fields in this order, no others. Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
+      { ...CHECK_RESULT_FIELDS, evidence },
+      'Fields in this order, no others (`evidence` only with `?explain=1`, after them). Special-purpose addresses ' +
+        '(private, loopback, documentation...) answer all flags false, score 0, allow, and null objects.',
+      Object.keys(CHECK_RESULT_FIELDS),
     ),
+    Evidence: objectSchema(EVIDENCE_FIELDS, undefined, ['table', 'source', 'prefix']),
     Company: objectSchema(COMPANY_FIELDS),
     Location: objectSchema(LOCATION_FIELDS),
     Asn: objectSchema(ASN_FIELDS),

@@ -10,9 +10,19 @@
  * with the same location hold the same object.
  */
 import { IprError, invalidIp } from './errors.js';
-import { Entry, EXPORT_ENTRY_WORDS, ExportEntry, NO_RECORD, native, type NativeSnapshotHandle } from './native.js';
+import { Entry, EXPORT_ENTRY_WORDS, ExportEntry, NO_RECORD, native, type NativeEvidence, type NativeSnapshotHandle } from './native.js';
 import { loadRiskConfig, riskTable, type RiskConfig } from './risk.js';
-import { resultJsonTexts, resultTemplate, type Asn, type CheckResult, type Company, type Location } from './result.js';
+import {
+  FLAG_TABLES,
+  resultJsonTexts,
+  resultTemplate,
+  type Asn,
+  type CheckResult,
+  type Company,
+  type Evidence,
+  type ExplainedResult,
+  type Location,
+} from './result.js';
 
 /** An answer as an export holds it: a check result without `ip`, its ASN without `route`. */
 export type Answer = Omit<CheckResult, 'ip' | 'asn'> & { asn: Omit<Asn, 'route'> | null };
@@ -144,6 +154,7 @@ export class Snapshot {
   #companies!: RecordTable<Company>;
   #asns!: RecordTable<Omit<Asn, 'route'>>;
   #locations!: RecordTable<Location>;
+  #sources!: RecordTable<string>;
   #meta: { path: string; meta: SnapshotInfo['meta'] } | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -292,6 +303,42 @@ export class Snapshot {
     });
   }
 
+  /**
+   * The check result of one address with its evidence: which sources list
+   * it (the prefix each lists), in the tables whose flag it carries. Not on
+   * the lookup path (it searches the snapshot's evidence and allocates).
+   * Throws an IprError `invalid_ip` when `ip` is not an address.
+   */
+  explain(ip: string): ExplainedResult {
+    this.#assertOpen();
+    const explained = typeof ip === 'string' ? this.#handle.explain(ip) : null;
+    if (explained === null) throw invalidIp(ip);
+    const result = this.#result(ip, 0);
+    return { ...result, evidence: this.#evidence(explained.evidence, result) };
+  }
+
+  /**
+   * explain() as JSON text: the check result exactly as lookupJson writes it,
+   * then `"evidence"` before its closing brace; null when `ip` is not an address.
+   */
+  explainJson(ip: unknown): string | null {
+    this.#assertOpen();
+    const explained = this.#handle.explain(ip);
+    if (explained === null) return null;
+    const result = this.#result(ip as string, 0);
+    const evidence = JSON.stringify(this.#evidence(explained.evidence, result));
+    return `${this.#json.toString('latin1', 0, explained.json - 1)},"evidence":${evidence}}`;
+  }
+
+  #evidence(raw: NativeEvidence[], result: CheckResult): Evidence[] {
+    return raw.map((e) => ({
+      table: FLAG_TABLES[e.table]!,
+      source: this.#sources.get(e.source),
+      prefix: e.prefix,
+      ...(e.byAsn && result.asn !== null ? { asn: result.asn.number } : {}),
+    }));
+  }
+
   /** The snapshot answering now: its file, build time, checksum and the build's metadata. */
   info(): SnapshotInfo {
     this.#assertOpen();
@@ -345,10 +392,11 @@ export class Snapshot {
   }
 
   #syncRecords(): void {
-    const [companies, asns, locations] = this.#handle.records();
+    const [companies, asns, locations, sources] = this.#handle.records();
     this.#companies = new RecordTable(companies);
     this.#asns = new RecordTable(asns);
     this.#locations = new RecordTable(locations);
+    this.#sources = new RecordTable(sources);
     this.#generation = this.#words[0]!;
   }
 

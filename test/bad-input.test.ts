@@ -63,7 +63,7 @@ t.test('flipped bytes anywhere in the data are caught by the checksum', async (t
   }
 });
 
-t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE)', async (t) => {
+t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found a SIGFPE, and a read outside the mapping)', async (t) => {
   const cases: [string, (bytes: Buffer) => void][] = [
     // A reordered file: the first page of the IPv4 trie over the second meta
     // page. LMDB picked it for its higher "transaction id" and divided by its
@@ -76,6 +76,20 @@ t.test('damaged LMDB meta pages are refused, never trusted (fuzz_snapshot found 
     }],
     ['meta page 0 with page size 0', (bytes) => bytes.writeUInt32LE(0, pageSizeAt)],
     ['meta page 0 with page size 3000', (bytes) => bytes.writeUInt32LE(3000, pageSizeAt)],
+    // LMDB maps the larger of the map size and the end of the last page: here
+    // one page, and it read the second meta page outside its mapping (ASan:
+    // wild pointer in mdb_pick_meta; fuzz_snapshot found it).
+    ['meta page 1 naming a map of one page', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + lastPageAt);
+    }],
+    // The same through a last page number whose end wraps around 64 bits.
+    ['meta page 1 naming a last page that wraps', (bytes) => {
+      const pageSize = bytes.readUInt32LE(pageSizeAt);
+      bytes.writeBigUInt64LE(0n, pageSize + mapSizeAt);
+      bytes.writeBigUInt64LE(2n ** 64n / BigInt(pageSize) - 1n, pageSize + lastPageAt);
+    }],
   ];
   for (const [name, damage] of cases) {
     const { dir, file } = await damagedSnapshot(t, (f) => {
@@ -121,10 +135,40 @@ t.test('a damaged LMDB root page is refused before LMDB walks it (fuzz_snapshot:
   moved.writeBigUInt64LE(BigInt(last), pageSize + mainRootAt);
   const trie6 = pristine.indexOf(Buffer.from('trie6', 'latin1'), root) - 8;
   const nodeAt = pageSize - 22; // node header 8, key 5, then 9 bytes of the 24
-  moved.writeUInt16LE(nodeAt - 24, lastAt + 24 + 2 * 7); // the last of the eight node offsets
+  const lastNode = pristine.readUInt16LE(root + 20) / 2 - 1; // lower bound of free space: two bytes per node
+  moved.writeUInt16LE(nodeAt - 24, lastAt + 24 + 2 * lastNode); // the last node's offset
   pristine.copy(moved, lastAt + nodeAt, trie6, trie6 + 8 + 5 + 9);
   writeFileSync(file, moved);
   t.throws(() => openSnapshot(dir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, 'large-value node cut by the end of the file');
+});
+
+t.test('a small build whose tree outgrows one page (a branch root over leaves) opens; a damaged branch is refused', async (t) => {
+  // Values of up to about 2 KiB stay in LMDB's tree: a small build's
+  // metadata (long paths here), record tables and evidence filled more than
+  // a page, LMDB split the tree under a branch root, and the snapshot was
+  // refused as damaged right after it was written (fuzz-importers found it).
+  const dir = path.join(testDir(t), 'a-folder-with-a-long-name-'.repeat(6));
+  mkdirSync(dir, { recursive: true });
+  const rows = readFileSync(packageFile('@ip-location-db/asn/asn-ipv4.csv'), 'utf8').split('\n').slice(0, 60).join('\n');
+  const asn = path.join(dir, 'the-first-rows-of-the-asn-ranges.csv');
+  writeFileSync(asn, `${rows}\n`);
+  const { dataDir } = await buildFrom(t, [{ name: 'asn-ipv4-first-rows', kind: 'asn', format: 'asn-csv', path: asn }], 'branch');
+  const file = path.join(dataDir, 'snapshots', readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim());
+  const bytes = readFileSync(file);
+  const pageSize = bytes.readUInt32LE(pageSizeAt);
+  const root = Number(bytes.readBigUInt64LE(pageSize + mainRootAt)) * pageSize;
+  t.equal(bytes.readUInt16LE(root + 18), 0x01, 'the root is a branch page');
+  const s = openSnapshot(dataDir);
+  t.same(s.lookup('1.0.0.1').asn, { number: 13335, name: 'Cloudflare, Inc.', route: '1.0.0.0/24' });
+  s.close();
+  // Its first child named past the end of the file; then a page that is not a leaf.
+  const childAt = root + 24 + bytes.readUInt16LE(root + 24);
+  for (const [what, child] of [['past the end', bytes.length / pageSize + 5], ['the first meta page', 0], ['a page of a value', 4]] as const) {
+    const damaged = Buffer.from(bytes);
+    damaged.writeUInt32LE(child, childAt);
+    writeFileSync(file, damaged);
+    t.throws(() => openSnapshot(dataDir), { code: 'snapshot_invalid', message: /LMDB root page \d+ is damaged/ }, `a child ${what}`);
+  }
 });
 
 t.test('a meta page naming a map shorter than the file is refused', async (t) => {

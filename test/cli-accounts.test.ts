@@ -81,7 +81,7 @@ t.test('ipr start on an empty data folder: builds from the default sources, serv
   t.match(output, /no snapshot in .*fresh: building one from the default sources/);
   t.match(output, /asn-ipv4\s+asn\s+asn-csv\s+411,961/, 'the npm ASN data is built in');
   t.match(output, /geo-ipv4\s+geo\s+mmdb\s+6,324,784/, 'and DB-IP City Lite');
-  t.match(output, /could not reach [0-9]+ sources: tor-exits, vpn-ipv4/, 'the upstream feeds this machine cannot reach are named');
+  t.match(output, /could not reach [0-9]+ sources: tor-exits, tor-exits-onionoo, vpn-ipv4,/, 'the upstream feeds this machine cannot reach are named');
   t.match(output, /echo 'a password of 10\+ characters' \| npx ipr accounts create/);
   t.match(output, /npx ipr keys create/);
 

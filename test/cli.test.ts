@@ -19,7 +19,7 @@ t.test('ipr build: progress on stderr, a summary table on stdout, the snapshot p
   const r = ipr('build', '--sources', sources, '--data', path.join(dir, 'data'));
   t.equal(r.code, 0, r.stderr);
   t.match(r.stderr, /\[1\/1\] vpn-ipv4/);
-  t.match(r.stdout, /^source\s+kind\s+format\s+records\s+bad lines\s+seconds\n/);
+  t.match(r.stdout, /^source\s+kind\s+format\s+records\s+bad lines\s+left out\s+seconds\n/);
   t.match(r.stdout, /vpn-ipv4\s+vpn\s+cidr-list\s+10,862\s+0\s/);
   t.match(r.stdout, /\nvpn\s+10,862\s+10,862\s+0\s+0\n/);
   t.match(r.stdout, /snapshot: .*snap-[0-9]{8}T[0-9]{9}Z-[0-9a-f]{8}\.mdb \([0-9.]+ MiB\), built in [0-9.]+ s, published/);
@@ -59,7 +59,7 @@ t.test('ipr info: the published snapshot and where its data came from', async (t
   t.equal(r.code, 0, r.stderr);
   const info = JSON.parse(r.stdout);
   t.match(info, { format_version: Number, built_at: String, file_bytes: Number, checksum: /^[0-9a-f]{16}$/ });
-  t.equal(info.meta.sources.length, 29);
+  t.equal(info.meta.sources.length, 51);
   t.match(info.meta.sources.find((s: { name: string }) => s.name === 'geo-ipv4'), {
     kind: 'geo',
     format: 'mmdb',

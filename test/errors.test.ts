@@ -46,7 +46,7 @@ t.test("the addon's errors are IprErrors with the code's name", async (t) => {
   // The snapshot codes come out of real damaged and missing snapshots in
   // bad-input.test.ts and faults-server.test.ts; the writer's two here.
   const table = 99;
-  t.throws(() => new native.SnapshotWriter().add(table as never, 4, new Uint8Array(4), new Uint8Array(4), new Uint32Array(1), 1), {
+  t.throws(() => new native.SnapshotWriter().add(table as never, 4, new Uint8Array(4), new Uint8Array(4), new Uint32Array(1), new Uint16Array(1), 1), {
     constructor: IprError,
     code: 'invalid_argument',
     message: 'snapshot writer: unknown table',

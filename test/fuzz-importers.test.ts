@@ -21,6 +21,10 @@ interface Feed {
   kind: string;
   format: string;
   bytes: Buffer;
+  /** A JSON document: damaged as JSON too (entries of other shapes, odd addresses). */
+  json?: boolean;
+  /** More fields of the source. */
+  extra?: Record<string, unknown>;
 }
 
 const feedFile = (file: string) => readFileSync(path.join(feeds, file));
@@ -39,11 +43,20 @@ const FEEDS: Feed[] = [
   { name: 'datacenter-ipv6', kind: 'hosting', format: 'cidr-list', bytes: feedFile('datacenter/ipv6.txt') },
   { name: 'icloud-relay', kind: 'relay', format: 'cidr-list', bytes: feedFile('relay/icloud-private-relay.txt') },
   { name: 'proxies-txt', kind: 'proxy', format: 'proxy-list', bytes: feedFile('proxy/proxies.txt') },
-  { name: 'proxies-json', kind: 'proxy', format: 'proxy-json', bytes: feedFile('proxy/proxies.json') },
+  { name: 'proxies-json', kind: 'proxy', format: 'proxy-json', bytes: feedFile('proxy/proxies.json'), json: true },
+  { name: 'proxies-fyvri', kind: 'proxy', format: 'proxy-list', bytes: feedFile('proxy/fyvri/https.txt'), extra: { trust: 0.5 } },
   { name: 'cloud-amazon-ipv4', kind: 'hosting', format: 'cidr-list', bytes: feedFile('cloud/amazon/ipv4.txt') },
   { name: 'cloud-cloudflare-ipv6', kind: 'hosting', format: 'cidr-list', bytes: feedFile('cloud/cloudflare/ipv6.txt') },
   { name: 'vpn-asns', kind: 'vpn', format: 'asn-list', bytes: feedFile('vpn/asn.txt') },
   { name: 'datacenter-asns', kind: 'hosting', format: 'asn-list', bytes: feedFile('datacenter/asn.txt') },
+  { name: 'datacenter-asns-csv', kind: 'hosting', format: 'asn-list', bytes: feedFile('datacenter/brianhama-bad-asn-list.csv'), extra: { trust: 0.5 } },
+  { name: 'vpn-ivpn-servers', kind: 'vpn', format: 'ivpn-servers', bytes: feedFile('vpn-providers/ivpn-servers.json'), json: true },
+  { name: 'vpn-mullvad', kind: 'vpn', format: 'mullvad-relays', bytes: feedFile('vpn-providers/api-samples/mullvad.json'), json: true },
+  { name: 'vpn-nordvpn', kind: 'vpn', format: 'nordvpn-servers', bytes: feedFile('vpn-providers/api-samples/nordvpn.json'), json: true },
+  { name: 'vpn-protonvpn', kind: 'vpn', format: 'protonvpn-logicals', bytes: feedFile('vpn-providers/api-samples/protonvpn.json'), json: true },
+  { name: 'vpn-pia', kind: 'vpn', format: 'pia-servers', bytes: feedFile('vpn-providers/api-samples/pia.json') },
+  // A closed port: every damaged copy that parses asks DNS and is answered at once.
+  { name: 'vpn-surfshark', kind: 'vpn', format: 'surfshark-clusters', bytes: feedFile('vpn-providers/api-samples/surfshark.json'), json: true, extra: { dns_servers: ['127.0.0.1:9'] } },
   { name: 'asn-ipv4', kind: 'asn', format: 'asn-csv', bytes: asnRows('@ip-location-db/asn/asn-ipv4.csv', 20_000) },
   { name: 'asn-ipv6', kind: 'asn', format: 'asn-csv', bytes: asnRows('@ip-location-db/asn/asn-ipv6.csv', 5_000) },
 ];
@@ -112,16 +125,21 @@ function damagedCopies(bytes: Buffer, next: Next, json: boolean): [string, Buffe
     ['empty', Buffer.alloc(0)],
   ];
   if (json) {
-    const doc = JSON.parse(bytes.toString('utf8')) as unknown[];
-    const broken = doc.map((entry) => (next() % 50 === 0 ? [null, 7, 'x', [], { host: 12 }][below(next, 5)] : entry));
-    const odd = doc.map((entry) =>
-      next() % 100 === 0 ? { ...(entry as object), host: hostile().toString('utf8'), exit_ip: [hostile().toString('utf8'), { ip: '1.2.3.4' }][below(next, 2)] } : entry,
-    );
+    const doc = JSON.parse(bytes.toString('utf8')) as unknown;
+    // Every value of the document (entries, their fields, nested lists), each replaced with this chance.
+    const mutate = (value: unknown, chance: number, make: () => unknown): unknown => {
+      if (next() / 2 ** 32 < chance) return make();
+      if (Array.isArray(value)) return value.map((v) => mutate(v, chance, make));
+      if (typeof value === 'object' && value !== null) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mutate(v, chance, make)]));
+      return value;
+    };
+    const shapes = () => [null, 7, 'x', [], { host: 12 }, { ip: '1.2.3.4' }][below(next, 6)];
     cases.push(
-      ['2% of the entries of another shape', Buffer.from(JSON.stringify(broken))],
-      ['1% of the entries with odd addresses', Buffer.from(JSON.stringify(odd))],
-      ['an object, not an array', Buffer.from(JSON.stringify({ proxies: doc }))],
+      ['2% of the values of another shape', Buffer.from(JSON.stringify(mutate(doc, 0.02, shapes)))],
+      ['1% of the values odd addresses', Buffer.from(JSON.stringify(mutate(doc, 0.01, () => hostile().toString('utf8'))))],
+      [Array.isArray(doc) ? 'an object, not an array' : 'an array, not an object', Buffer.from(JSON.stringify(Array.isArray(doc) ? { entries: doc } : [doc]))],
       ['an empty array', Buffer.from('[]')],
+      ['an empty object', Buffer.from('{}')],
       ['nested 100,000 deep', Buffer.from('['.repeat(100_000) + ']'.repeat(100_000))],
     );
   } else {
@@ -195,9 +213,9 @@ function report(t: Test, counts: Map<string, Map<string, number>>): void {
 }
 
 /** Writes a sources configuration of one source reading `file`; returns its path. */
-function sourcesFor(dir: string, source: { name: string; kind: string; format: string }, file: string): string {
+function sourcesFor(dir: string, source: { name: string; kind: string; format: string; extra?: Record<string, unknown> }, file: string): string {
   const sourcesFile = path.join(dir, `${source.name}.sources.json`);
-  writeFileSync(sourcesFile, JSON.stringify({ sources: [{ name: source.name, kind: source.kind, format: source.format, path: file }] }));
+  writeFileSync(sourcesFile, JSON.stringify({ sources: [{ name: source.name, kind: source.kind, format: source.format, path: file, ...source.extra }] }));
   return sourcesFile;
 }
 
@@ -220,7 +238,7 @@ t.test('damaged copies of every real feed format: built, or a clear error and no
     const sourcesFile = sourcesFor(dir, feed, file);
     const problems: string[] = [];
     let cases = 0;
-    const copies = Array.from({ length: ROUNDS }, () => damagedCopies(feed.bytes, next, feed.format === 'proxy-json')).flat();
+    const copies = Array.from({ length: ROUNDS }, () => damagedCopies(feed.bytes, next, feed.json === true)).flat();
     for (const [damage, bytes] of copies) {
       writeFileSync(file, bytes);
       const started = process.hrtime.bigint();

@@ -27,6 +27,10 @@ export interface SourceSpec {
   path?: string;
   package?: string;
   company?: { name: string; type: string; domain?: string | null };
+  trust?: number;
+  max_age?: string;
+  widen_ipv6?: number;
+  dns_servers?: string[];
 }
 
 const testDirs = new WeakMap<Test, string>();

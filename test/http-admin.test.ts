@@ -73,7 +73,7 @@ t.test('metrics count every request by route and status, with latencies and limi
   const p = JSON.parse(prov.text);
   t.equal(path.basename(p.snapshot.path), path.basename(info.path));
   t.match(p.snapshot, { built_at: info.built_at, checksum: info.checksum, age_seconds: Number, inputs: /^[0-9a-f]{64}$/ });
-  t.equal(p.sources.length, 29);
+  t.equal(p.sources.length, 51);
   t.match(p.sources.find((s: { name: string }) => s.name === 'tor-exits'), { location: /exits\.csv$/, records: 5933, bad_lines: 0, modified_at: String });
   t.equal(p.updates, null, 'no scheduled updates');
   t.equal((await admin(port, '/nope')).status, 404);

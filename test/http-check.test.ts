@@ -27,7 +27,7 @@ t.test('check answers: 200, the fields in the order of docs/API.md, rate-limit h
   t.equal(Number(r.headers['x-ratelimit-reset']), midnight, 'the next UTC midnight');
 
   for (const [ip, expected] of [
-    ['204.8.96.141', { is_tor: true, risk_score: 80, recommendation: 'block' }],
+    ['204.8.96.141', { is_tor: true, risk_score: 100, recommendation: 'block' }], // also reported as a proxy, in a hosting ASN
     ['2001:4860:4860:0:0:0:0:8888', { ip: '2001:4860:4860::8888' }],
     ['::FFFF:8.8.8.8', { ip: '::ffff:8.8.8.8', is_hosting: true }],
     ['192.168.1.1', { is_hosting: false, risk_score: 0, recommendation: 'allow', company: null, location: null, asn: null }],

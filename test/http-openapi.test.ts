@@ -65,6 +65,12 @@ t.test('real responses validate against the document', async (t) => {
   ] as const) {
     validate('post', '/check', await check(server.port, enterprise, body, { headers }));
   }
+  const explained = await request(server.port, '/v1/check?explain=1', {
+    headers: { authorization: `Bearer ${enterprise}`, 'content-type': 'application/json' },
+    body: '{"ip":"2.56.17.1"}',
+  });
+  t.ok(explained.json.evidence.length > 0, 'an answer with evidence');
+  validate('post', '/check', explained);
   const batch = await request(server.port, '/v1/check/batch', {
     headers: { authorization: `Bearer ${enterprise}`, 'content-type': 'application/json' },
     body: JSON.stringify({ ips: ['8.8.8.8', 'x', '2620:7:6003::141'] }),

@@ -13,15 +13,37 @@ t.test('record counts of every real source (sources/feeds.sources.json)', async 
   const records = Object.fromEntries(meta.sources.map((s) => [s.name, [s.records, s.bad_lines]]));
   t.same(records, {
     'tor-exits': [5933, 0], // CSV rows: one relay may have several
+    'tor-exits-2024-02': [1746, 0],
     'vpn-ipv4': [10862, 0],
     'vpn-ipv6': [498, 0],
     'vpn-asns': [15, 0],
+    'vpn-nordvpn': [8468, 0], // the providers' own lists (README of ../shared/data: 16,300 in all)
+    'vpn-protonvpn': [1419, 0],
+    'vpn-mullvad': [1168, 0], // 589 + 579 IPv6
+    'vpn-pia': [1469, 0],
+    'vpn-surfshark': [278, 0],
+    'vpn-windscribe': [1062, 0],
+    'vpn-airvpn': [2056, 0], // 1,028 + 1,028 IPv6
+    'vpn-ivpn': [264, 0],
+    'vpn-ovpn': [96, 0],
+    'vpn-riseupvpn': [20, 0],
+    'vpn-ivpn-servers': [178, 0], // 89 WireGuard + 89 OpenVPN hosts
+    'vpn-oxl-reports': [38749, 0], // 37,083 + 1,666 IPv6
     'datacenter-ipv4': [42566, 0],
     'datacenter-ipv6': [8752, 0],
     'datacenter-asns': [906, 0],
+    'datacenter-asns-brianhama': [742, 0], // CSV rows after the header, some with a space before the quoted name
+    'datacenter-asns-oxl': [1135, 0],
+    'datacenter-asns-umkus': [4581, 1], // the first line is 0: AS0 is reserved, a bad line
+    'datacenter-nets-oxl': [97803, 0],
     'icloud-relay': [13745, 0],
     proxies: [492, 0],
     'proxies-json': [628, 0], // 492 entries: 356 with exit_ip = host, 136 with both
+    'proxies-elliottophellia': [492, 0],
+    'proxies-fyvri-https': [61912, 0], // ip:port lines; 134,516 distinct addresses over the three files
+    'proxies-fyvri-socks4': [146779, 0],
+    'proxies-fyvri-socks5': [158664, 0],
+    'proxies-oxl-reports': [4427, 0], // 4,401 + 26 IPv6
     'cloud-amazon-ipv4': [1752, 0],
     'cloud-amazon-ipv6': [2107, 0],
     'cloud-google-ipv4': [97, 0],
@@ -64,7 +86,7 @@ t.test('known addresses inside and outside each feed', async (t) => {
   t.same(snapshot.lookup('2.56.17.1').company, { name: 'M247 Europe SRL', type: 'vpn', domain: null });
   // datacenter lists: 1.12.0.0/14 is the first IPv4 line; AS3223 (Voxility) is in datacenter/asn.txt
   t.equal(flagged('1.15.255.255').hosting, true);
-  t.equal(flagged('1.16.0.0').hosting, false);
+  t.equal(flagged('1.20.0.1').hosting, false); // after 1.16.0.0/18, AS45996 (an IDC the Umkus list names): AS23969, a Thai ISP
   t.equal(snapshot.lookup('2001:310::1').is_hosting, true);
   // relay: icloud-private-relay.txt holds 104.28.28.76 as a single address and 104.28.28.72/30
   t.equal(flagged('104.28.28.76').relay, true);
@@ -164,6 +186,13 @@ t.test('formats without a file in ../shared/data, on documents in their upstream
   t.equal(s.lookup('2400:6500:0:9::1').is_hosting, true);
   t.equal(s.lookup('34.1.223.255').company?.name, 'Google Cloud');
   t.equal(s.lookup('2600:1900:400f::1').is_hosting, true);
+});
+
+t.test("Onionoo's running relays without their flags: a clear refusal, since exits cannot be told apart", async (t) => {
+  await t.rejects(buildFrom(t, [{ name: 'relays', kind: 'tor', format: 'onionoo', path: path.join(feeds, 'tor/onionoo-details-running-relays.json') }]), {
+    code: 'source_unreadable',
+    message: /source relays: .*onionoo-details-running-relays\.json has no relay flags, so its exits cannot be told from other relays/,
+  });
 });
 
 t.test('an ASN source read through mmdb needs ASN records: a City database gives none', async (t) => {

@@ -3,7 +3,7 @@
  * tests: address values as BigInt, linear-time parsing, binary search over
  * sorted rows. Slow and simple on purpose.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { packageFile } from './helpers.js';
 
 export function ipValue(ip: string): { v6: boolean; value: bigint } {
@@ -127,11 +127,12 @@ class IntervalSet {
   }
 }
 
-function prefixInterval(text: string): { v6: boolean; interval: [bigint, bigint] } {
+function prefixInterval(text: string, widenIpv6?: number): { v6: boolean; interval: [bigint, bigint] } {
   const [address, len] = text.trim().split('/');
   const { v6, value } = ipValue(address!);
   const width = v6 ? 128n : 32n;
-  const host = width - BigInt(len ?? width);
+  const length = v6 && len === undefined && widenIpv6 !== undefined ? BigInt(widenIpv6) : BigInt(len ?? width);
+  const host = width - length;
   const first = (value >> host) << host;
   return { v6, interval: [first, first + (1n << host) - 1n] };
 }
@@ -143,49 +144,143 @@ function lines(file: string): string[] {
     .filter(Boolean);
 }
 
+/** The host of `scheme://host:port` or `host:port`. */
+const proxyHost = (line: string) => line.replace(/^.*:\/\//, '').replace(/:[0-9]+$/, '');
+
+/** A listing source of the reference: its flag, its addresses or prefixes as text, its trust. */
+interface ListSource {
+  flag: Flag;
+  texts: string[];
+  trust: number;
+  widenIpv6?: number;
+}
+
+/** An ASN list of the reference. */
+interface AsnSource {
+  flag: Flag;
+  asns: number[];
+  trust: number;
+}
+
+/** The first field of every CSV row but the header, as numbers (brianhama, OXL: `ASN,Name`). */
+const csvAsns = (file: string) =>
+  lines(file)
+    .slice(1)
+    .map((l) => Number(l.split(',')[0]!.replace(/"/g, '')));
+
+/** Every flag source of sources/feeds.sources.json, read plainly. */
+function feedSources(feeds: string): { lists: ListSource[]; asnLists: AsnSource[] } {
+  const f = (name: string) => `${feeds}/${name}`;
+  const lists: ListSource[] = [
+    { flag: 'tor', texts: lines(f('tor/exits.csv')).slice(1).map((l) => l.split(',')[1]!.trim()), trust: 1, widenIpv6: 64 },
+    { flag: 'tor', texts: lines(f('tor/exit-nodes-2024-02.lst')), trust: 0.5 },
+    { flag: 'vpn', texts: [...lines(f('vpn/ipv4.txt')), ...lines(f('vpn/ipv6.txt'))], trust: 1 },
+    ...['nordvpn', 'protonvpn', 'mullvad', 'pia', 'surfshark', 'windscribe', 'airvpn', 'ivpn', 'ovpn', 'riseupvpn'].map(
+      (provider): ListSource => ({ flag: 'vpn', texts: lines(f(`vpn-providers/${provider}.txt`)), trust: 1 }),
+    ),
+    {
+      flag: 'vpn',
+      texts: (['wireguard', 'openvpn'] as const).flatMap((k) =>
+        (JSON.parse(readFileSync(f('vpn-providers/ivpn-servers.json'), 'utf8'))[k] as { hosts: { host: string }[] }[]).flatMap((l) => l.hosts.map((h) => h.host)),
+      ),
+      trust: 1,
+    },
+    { flag: 'vpn', texts: lines(f('vpn/oxl-risk-db-vpn.txt')), trust: 0.5 },
+    { flag: 'hosting', texts: [...lines(f('datacenter/ipv4.txt')), ...lines(f('datacenter/ipv6.txt'))], trust: 1 },
+    { flag: 'hosting', texts: lines(f('datacenter/oxl-risk-db-net-hosting.txt')), trust: 0.5 },
+    { flag: 'relay', texts: lines(f('relay/icloud-private-relay.txt')), trust: 1 },
+    { flag: 'proxy', texts: [...lines(f('proxy/proxies.txt')), ...lines(f('proxy/elliottophellia.txt'))].map(proxyHost), trust: 1 },
+    {
+      flag: 'proxy',
+      texts: (JSON.parse(readFileSync(f('proxy/proxies.json'), 'utf8')) as { host: string; exit_ip: string | null }[]).flatMap((p) =>
+        p.exit_ip ? [p.host, p.exit_ip] : [p.host],
+      ),
+      trust: 1,
+    },
+    ...['https', 'socks4', 'socks5'].map((p): ListSource => ({ flag: 'proxy', texts: lines(f(`proxy/fyvri/${p}.txt`)).map(proxyHost), trust: 0.5 })),
+    { flag: 'proxy', texts: lines(f('proxy/oxl-risk-db-proxy.txt')), trust: 0.5 },
+  ];
+  for (const provider of ['amazon', 'google', 'microsoft', 'oracle', 'digitalocean', 'linode', 'vultr', 'cloudflare']) {
+    for (const family of ['ipv4', 'ipv6']) {
+      if (existsSync(f(`cloud/${provider}/${family}.txt`))) lists.push({ flag: 'hosting', texts: lines(f(`cloud/${provider}/${family}.txt`)), trust: 1 });
+    }
+  }
+  const asnLists: AsnSource[] = [
+    { flag: 'vpn', asns: lines(f('vpn/asn.txt')).map((l) => Number(l.replace(/^AS/i, ''))), trust: 1 },
+    { flag: 'hosting', asns: lines(f('datacenter/asn.txt')).map((l) => Number(l.replace(/^AS/i, ''))), trust: 1 },
+    { flag: 'hosting', asns: csvAsns(f('datacenter/brianhama-bad-asn-list.csv')), trust: 0.5 },
+    { flag: 'hosting', asns: csvAsns(f('datacenter/oxl-risk-db-asn-hosting.csv')), trust: 0.5 },
+    { flag: 'hosting', asns: lines(f('datacenter/umkus-asns_dcs.csv')).map(Number).filter((n) => n !== 0), trust: 0.5 },
+  ];
+  return { lists, asnLists };
+}
+
+/** A network announcing more IPv4 addresses than this is large (src/pipeline/trust.ts, README "Sources"). */
+export const LARGE_NETWORK = 2n ** 19n;
+
 /**
- * Which flags the raw feeds of ../shared/data/feeds give an address:
- * membership in the listed prefixes, or an ASN (from the ASN CSV rows) in
- * an ASN list. The same files sources/feeds.sources.json names.
+ * Which flags the raw feeds of ../shared/data/feeds give an address, as
+ * README "Sources" says: a listing of a source of trust 1 counts; listings
+ * of weaker sources of the same prefix add their trust up and count at 1,
+ * or alone when the ASN holding the prefix's first address announces at
+ * most LARGE_NETWORK IPv4 addresses; an ASN named by asn-lists whose trust
+ * adds up to 1, or by a weaker one when it is not large, flags every
+ * address of that ASN. The same files sources/feeds.sources.json names.
  */
 export class FeedReference {
   readonly #sets = new Map<string, IntervalSet>();
   readonly #asnFlags = new Map<number, Flag[]>();
+  /** IPv4 addresses per ASN, from the rows. */
+  readonly ipv4Sizes = new Map<number, bigint>();
 
   constructor(
     feeds: string,
     readonly rows4: AsnRow[],
     readonly rows6: AsnRow[],
   ) {
-    const texts: Record<Flag, string[]> = { tor: [], vpn: [], proxy: [], relay: [], hosting: [] };
-    texts.tor = lines(`${feeds}/tor/exits.csv`).slice(1).map((l) => l.split(',')[1]!.trim());
-    texts.vpn = [...lines(`${feeds}/vpn/ipv4.txt`), ...lines(`${feeds}/vpn/ipv6.txt`)];
-    texts.relay = lines(`${feeds}/relay/icloud-private-relay.txt`);
-    texts.proxy = lines(`${feeds}/proxy/proxies.txt`).map((l) => l.replace(/^.*:\/\//, '').replace(/:[0-9]+$/, ''));
-    for (const p of JSON.parse(readFileSync(`${feeds}/proxy/proxies.json`, 'utf8')) as { host: string; exit_ip: string | null }[]) {
-      texts.proxy.push(p.host);
-      if (p.exit_ip) texts.proxy.push(p.exit_ip);
-    }
-    texts.hosting = [...lines(`${feeds}/datacenter/ipv4.txt`), ...lines(`${feeds}/datacenter/ipv6.txt`)];
-    for (const provider of ['amazon', 'google', 'microsoft', 'oracle', 'digitalocean', 'linode', 'vultr', 'cloudflare']) {
-      for (const family of ['ipv4', 'ipv6']) {
-        try {
-          texts.hosting.push(...lines(`${feeds}/cloud/${provider}/${family}.txt`));
-        } catch {
-          // oracle publishes no IPv6 list
+    for (const row of rows4) this.ipv4Sizes.set(row.asn, (this.ipv4Sizes.get(row.asn) ?? 0n) + row.last - row.first + 1n);
+    const large = (asn: number | undefined) => asn !== undefined && (this.ipv4Sizes.get(asn) ?? 0n) > LARGE_NETWORK;
+    const { lists, asnLists } = feedSources(feeds);
+    const intervals = new Map<string, [bigint, bigint][]>();
+    const add = (key: string, interval: [bigint, bigint]) => {
+      const list = intervals.get(key);
+      if (list === undefined) intervals.set(key, [interval]);
+      else list.push(interval);
+    };
+    const weak = new Map<string, { flag: Flag; v6: boolean; interval: [bigint, bigint]; trust: number }>();
+    for (const list of lists) {
+      const seen = new Set<string>();
+      for (const text of list.texts) {
+        const { v6, interval } = prefixInterval(text, list.widenIpv6);
+        const key = `${list.flag}${v6 ? 6 : 4}`;
+        if (list.trust >= 1) {
+          add(key, interval);
+          continue;
         }
+        const id = `${key}/${interval[0]}/${interval[1]}`;
+        if (seen.has(id)) continue; // a source lists a prefix once, however many lines name it
+        seen.add(id);
+        const w = weak.get(id) ?? { flag: list.flag, v6, interval, trust: 0 };
+        w.trust += list.trust;
+        weak.set(id, w);
       }
     }
-    for (const [flag, list] of Object.entries(texts)) {
-      const parsed = list.map(prefixInterval);
-      this.#sets.set(`${flag}4`, new IntervalSet(parsed.filter((p) => !p.v6).map((p) => p.interval)));
-      this.#sets.set(`${flag}6`, new IntervalSet(parsed.filter((p) => p.v6).map((p) => p.interval)));
+    for (const [id, w] of weak) {
+      if (w.trust < 1 - 1e-9 && large(findRow(w.v6 ? rows6 : rows4, w.interval[0])?.asn)) continue;
+      add(id.slice(0, id.indexOf('/')), w.interval);
     }
-    for (const [flag, file] of [['vpn', 'vpn/asn.txt'], ['hosting', 'datacenter/asn.txt']] as const) {
-      for (const line of lines(`${feeds}/${file}`)) {
-        const asn = Number(line.replace(/^AS/i, ''));
-        this.#asnFlags.set(asn, [...(this.#asnFlags.get(asn) ?? []), flag]);
-      }
+    for (const flag of ['tor', 'vpn', 'proxy', 'relay', 'hosting'] as Flag[]) {
+      for (const family of [4, 6]) this.#sets.set(`${flag}${family}`, new IntervalSet(intervals.get(`${flag}${family}`) ?? []));
+    }
+    const asnTrust = new Map<string, number>();
+    for (const list of asnLists) {
+      for (const asn of new Set(list.asns)) asnTrust.set(`${list.flag}/${asn}`, (asnTrust.get(`${list.flag}/${asn}`) ?? 0) + list.trust);
+    }
+    for (const [key, trust] of asnTrust) {
+      const [flag, asnText] = key.split('/') as [Flag, string];
+      const asn = Number(asnText);
+      if (trust < 1 - 1e-9 && large(asn)) continue;
+      this.#asnFlags.set(asn, [...(this.#asnFlags.get(asn) ?? []), flag]);
     }
   }
 

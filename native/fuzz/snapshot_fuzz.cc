@@ -7,8 +7,9 @@
 // start from $IPR_FUZZ_SNAPSHOT (`npm run fuzz` builds one from the real
 // feeds). Each operation names a region of that file (the LMDB meta pages,
 // its tree pages, a whole value, a trie's header, direct array, nodes or
-// leaves, a record table's offsets or bytes) so that mutations land where the
-// parsing is, not only in the bulk of the tries:
+// leaves, a record table's offsets or bytes, the evidence's directories and
+// entries) so that mutations land where the parsing is, not only in the bulk
+// of the tries:
 //
 //   xor a byte, set a byte, set or nudge a 32-bit word, truncate the file,
 //   copy or swap whole pages (reordered and duplicated pages), append copies
@@ -27,6 +28,8 @@
 //   - every answer's record ids are kNoRecord or within the record counts,
 //     their record texts within the record tables, the route length within
 //     the family's width; LookupBatch answers what Lookup answers;
+//   - its evidence (Explain) names sources of the source table, only for
+//     flags the answer carries, with prefixes no longer than the address;
 //   - no crash, no sanitizer report (ASan, UBSan, LeakSanitizer), no hang.
 //
 // The regions are listed at start; inputs name them by index, so the
@@ -198,6 +201,16 @@ void AddRegions() {
     r.push_back({"record offsets", {s.begin, head}});
     if (s.size > head) r.push_back({"record texts", {s.begin + head, s.size - head}});
   }
+  // The evidence: each prefix blob's header and directory, then its entries; the ASN one's header, then entries.
+  for (unsigned f = 0; f < 2; ++f) {
+    const Span& s = base->blobs[kFirstEvidenceBlob + f];
+    uint64_t head = kEvidenceHeaderSize + 4 * uint64_t{(f == 0 ? 32u : 128u) + 2};
+    r.push_back({"evidence directory", {s.begin, head}});
+    if (s.size > head) r.push_back({"evidence entries", {s.begin + head, s.size - head}});
+  }
+  const Span& asn = base->blobs[kFirstEvidenceBlob + 2];
+  r.push_back({"evidence header", {asn.begin, kEvidenceHeaderSize}});
+  if (asn.size > kEvidenceHeaderSize) r.push_back({"evidence entries", {asn.begin + kEvidenceHeaderSize, asn.size - kEvidenceHeaderSize}});
 }
 
 // Addresses where the data is (blocks the tries subdivide), random ones,
@@ -464,9 +477,20 @@ void CheckAnswer(const Snapshot& s, const ParsedAddress& addr, const Answer& a) 
   ReadRecord(s, kAsnRecords, a.asn);
   ReadRecord(s, kLocationRecords, a.location);
   if (a.flags >= 1u << kFlagTableCount) Die("flags beyond the flag tables");
-  if (a.asn_len > (addr.family == Family::kV4 ? 32 : 128)) Die("a route longer than the address");
+  const unsigned width = addr.family == Family::kV4 ? 32 : 128;
+  if (a.asn_len > width) Die("a route longer than the address");
   char route[kMaxCidrText];
   if (ipr::FormatRoute(addr, a.asn_len, route) > kMaxCidrText) Die("a route text too long");
+  // What `explain` reads: every entry in a table the answer flags, naming a
+  // source of the source table, with a prefix no longer than the address.
+  std::vector<Evidence> evidence;
+  s.Explain(addr, a, &evidence);
+  for (const Evidence& e : evidence) {
+    if (e.table >= kFlagTableCount || !(a.flags >> e.table & 1)) Die("evidence for a flag the answer does not carry");
+    ReadRecord(s, kSourceRecords, e.source);
+    if (e.len > width) Die("an evidence prefix longer than the address");
+    if (e.by_asn && (a.asn == kNoRecord || e.len != a.asn_len)) Die("ASN evidence without the answer's ASN route");
+  }
 }
 
 }  // namespace

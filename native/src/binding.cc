@@ -88,6 +88,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return DefineClass(env, "SnapshotHandle",
                        {InstanceMethod<&SnapshotHandle::LookupBatch>("lookupBatch"),
                         InstanceMethod<&SnapshotHandle::LookupBatchJson>("lookupBatchJson"),
+                        InstanceMethod<&SnapshotHandle::Explain>("explain"),
                         InstanceMethod<&SnapshotHandle::Info>("info"),
                         InstanceMethod<&SnapshotHandle::Records>("records"),
                         InstanceMethod<&SnapshotHandle::ExportPrefixes>("exportPrefixes"),
@@ -433,6 +434,45 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return Napi::Number::New(env, count);
   }
 
+  // explain(text) -> null when `text` is not an address; else {json, evidence}:
+  // the buffer's first entry and the JSON buffer hold its check result, as
+  // lookup and lookupJson write them (`json` is the JSON's length), and
+  // evidence is [{table, source, prefix, byAsn}] (Snapshot::Explain: table
+  // and source are ids, prefix the listed prefix holding the address in
+  // CIDR): all from one snapshot. Not on the lookup path: it allocates.
+  Napi::Value Explain(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    EnsureOpen(env);
+    Sync();
+    char text[kMaxAddressText + 2];
+    size_t len = 0;
+    ParsedAddress addr;
+    if (info.Length() < 1 || !ParseValue(env, info[0], &addr, text, &len)) return env.Null();
+    Answer answer = snapshot_->Lookup(addr);
+    WriteEntry(addr, answer, text, len, out_ + kHeaderBytes);
+    JsonOut out{json_out_, json_out_ + json_capacity_};
+    WriteJson(&out, addr, answer, text, len);
+    if (out.overflow) throw MakeError(env, ErrorCode::kSnapshotInvalid, snapshot_->path() + ": a check result does not fit the JSON buffer");
+    size_t json = static_cast<size_t>(out.at - json_out_);
+    std::vector<Evidence> evidence;
+    snapshot_->Explain(addr, answer, &evidence);
+    Napi::Array result = Napi::Array::New(env, evidence.size());
+    for (uint32_t i = 0; i < evidence.size(); ++i) {
+      const Evidence& e = evidence[i];
+      char prefix[kMaxCidrText];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("table", e.table);
+      o.Set("source", e.source);
+      o.Set("prefix", Napi::String::New(env, prefix, FormatRoute(addr, e.len, prefix)));
+      o.Set("byAsn", e.by_asn);
+      result.Set(i, o);
+    }
+    Napi::Object explained = Napi::Object::New(env);
+    explained.Set("json", static_cast<double>(json));
+    explained.Set("evidence", result);
+    return explained;
+  }
+
   Napi::Value Info(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     EnsureOpen(env);
@@ -458,7 +498,7 @@ class SnapshotHandle : public Napi::ObjectWrap<SnapshotHandle> {
     return o;
   }
 
-  // records() -> [company, asn, location] ArrayBuffers over the mapped record
+  // records() -> [company, asn, location, source] ArrayBuffers over the mapped record
   // tables. They keep the snapshot mapped while JS holds them. Read-only:
   // writing to them faults (the map is PROT_READ).
   Napi::Value Records(const Napi::CallbackInfo& info) {
@@ -609,33 +649,40 @@ class Writer : public Napi::ObjectWrap<Writer> {
     return DefineClass(env, "SnapshotWriter",
                        {InstanceMethod<&Writer::Add>("add"),
                         InstanceMethod<&Writer::SetAsnAttributes>("setAsnAttributes"),
+                        InstanceMethod<&Writer::SetAsnEvidence>("setAsnEvidence"),
+                        InstanceMethod<&Writer::AsnRecordsOf>("asnRecordsOf"),
+                        InstanceMethod<&Writer::AsnV4AddressCounts>("asnV4AddressCounts"),
                         InstanceMethod<&Writer::SetRecords>("setRecords"),
                         InstanceMethod<&Writer::Compile>("compile"), InstanceMethod<&Writer::Write>("write")});
   }
   explicit Writer(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Writer>(info) {}
 
  private:
-  // add(table, family 4|6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, count)
+  // add(table, family 4|6, starts: Uint8Array, ends: Uint8Array, values: Uint32Array, sources: Uint16Array, count)
   Napi::Value Add(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&] {
       unsigned table = info[0].As<Napi::Number>().Uint32Value();
       unsigned family = info[1].As<Napi::Number>().Uint32Value();
-      size_t count = info[5].As<Napi::Number>().Uint32Value();
+      size_t count = info[6].As<Napi::Number>().Uint32Value();
       if (family != 4 && family != 6) throw std::invalid_argument("family must be 4 or 6");
-      if (!info[2].IsTypedArray() || !info[3].IsTypedArray() || !info[4].IsTypedArray()) {
-        throw std::invalid_argument("add(table, family, starts, ends, values, count)");
+      if (!info[2].IsTypedArray() || !info[3].IsTypedArray() || !info[4].IsTypedArray() || !info[5].IsTypedArray() ||
+          info[4].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
+          info[5].As<Napi::TypedArray>().TypedArrayType() != napi_uint16_array) {
+        throw std::invalid_argument("add(table, family, starts, ends, values: Uint32Array, sources: Uint16Array, count)");
       }
       size_t width = family == 4 ? 4 : 16;
       auto starts = info[2].As<Napi::TypedArray>(), ends = info[3].As<Napi::TypedArray>();
       auto values = info[4].As<Napi::Uint32Array>();
-      if (starts.ByteLength() < width * count || ends.ByteLength() < width * count || values.ElementLength() < count) {
+      auto sources = info[5].As<Napi::Uint16Array>();
+      if (starts.ByteLength() < width * count || ends.ByteLength() < width * count || values.ElementLength() < count ||
+          sources.ElementLength() < count) {
         throw std::invalid_argument("add: arrays shorter than count");
       }
       auto bytes = [](Napi::TypedArray a) {
         return static_cast<const uint8_t*>(a.ArrayBuffer().Data()) + a.ByteOffset();
       };
       writer_.AddRanges(static_cast<Table>(table), family == 4 ? Family::kV4 : Family::kV6, bytes(starts),
-                        bytes(ends), values.Data(), count);
+                        bytes(ends), values.Data(), sources.Data(), count);
       return info.Env().Undefined();
     });
   }
@@ -643,6 +690,42 @@ class Writer : public Napi::ObjectWrap<Writer> {
   Napi::Value SetAsnAttributes(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&] {
       writer_.SetAsnAttributes(CopyTyped<uint8_t>(info[0], "flags"), CopyTyped<uint32_t>(info[1], "companies"));
+      return info.Env().Undefined();
+    });
+  }
+
+  // asnRecordsOf(family 4|6, addresses: Uint8Array, count) -> Uint32Array of ASN record ids (0xFFFFFFFF: none)
+  Napi::Value AsnRecordsOf(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return Guard(env, [&]() -> Napi::Value {
+      unsigned family = info[0].As<Napi::Number>().Uint32Value();
+      if (family != 4 && family != 6) throw std::invalid_argument("family must be 4 or 6");
+      std::vector<uint8_t> addresses = CopyTyped<uint8_t>(info[1], "addresses");
+      size_t count = info[2].As<Napi::Number>().Uint32Value();
+      if (addresses.size() < (family == 4 ? 4 : 16) * count) throw std::invalid_argument("asnRecordsOf: addresses shorter than count");
+      std::vector<uint32_t> records = writer_.AsnRecordsOf(family == 4 ? Family::kV4 : Family::kV6, addresses.data(), count);
+      Napi::Uint32Array out = Napi::Uint32Array::New(env, records.size());
+      if (!records.empty()) std::memcpy(out.Data(), records.data(), 4 * records.size());
+      return out;
+    });
+  }
+
+  // asnV4AddressCounts() -> Float64Array: per ASN record id, the IPv4 addresses that answer it
+  Napi::Value AsnV4AddressCounts(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    return Guard(env, [&]() -> Napi::Value {
+      std::vector<uint64_t> counts = writer_.AsnV4AddressCounts();
+      Napi::Float64Array out = Napi::Float64Array::New(env, counts.size());
+      for (size_t i = 0; i < counts.size(); ++i) out[i] = static_cast<double>(counts[i]);
+      return out;
+    });
+  }
+
+  // setAsnEvidence(records: Uint32Array, sources: Uint16Array, tables: Uint8Array)
+  Napi::Value SetAsnEvidence(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&] {
+      writer_.SetAsnEvidence(CopyTyped<uint32_t>(info[0], "records"), CopyTyped<uint16_t>(info[1], "sources"),
+                             CopyTyped<uint8_t>(info[2], "tables"));
       return info.Env().Undefined();
     });
   }

@@ -30,6 +30,7 @@ struct Prefix {
   uint32_t value;
   uint32_t order;  // insertion order: of two equal prefixes, the later wins
   uint8_t len;
+  uint16_t source;  // the source that listed it (evidence); fits the padding after `len`
 };
 
 template <typename K, typename V = uint32_t>
@@ -91,8 +92,8 @@ void ForEachRangePrefix(K first, K last, F&& f) {
 
 // Appends the exact prefixes covering first..last (first <= last).
 template <typename K>
-void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, std::vector<Prefix<K>>* out) {
-  ForEachRangePrefix(first, last, [&](K start, uint8_t len) { out->push_back(Prefix<K>{start, value, order, len}); });
+void AppendRangePrefixes(K first, K last, uint32_t value, uint32_t order, uint16_t source, std::vector<Prefix<K>>* out) {
+  ForEachRangePrefix(first, last, [&](K start, uint8_t len) { out->push_back(Prefix<K>{start, value, order, len, source}); });
 }
 
 // Longest-prefix resolution. Sorts `prefixes` in place.

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "checksum.h"
 #include "lmdb.h"
+#include "partition.h"
 
 namespace ipr {
 namespace {
@@ -45,8 +48,9 @@ uint64_t Load64(const uint8_t* p) {
 // and its page count.
 namespace lmdb {
 constexpr size_t kHeaderSize = 24, kFlagsAt = 18, kLowerAt = 20, kUpperAt = 22;
-constexpr uint16_t kLeafPage = 0x02, kMetaPage = 0x08;
-constexpr size_t kMagicAt = 24, kVersionAt = 28, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136;
+constexpr uint16_t kBranchPage = 0x01, kLeafPage = 0x02, kMetaPage = 0x08;
+constexpr size_t kMagicAt = 24, kVersionAt = 28, kMapSizeAt = 40, kPageSizeAt = 48, kMainFlagsAt = 100, kMainRootAt = 136,
+                 kLastPageAt = 144;
 constexpr uint32_t kMagic = 0xBEEFC0DE, kDataVersion = 2;
 constexpr uint64_t kNoPage = ~uint64_t{0};
 constexpr size_t kNodeHeaderSize = 8, kOverflowRefSize = 24;
@@ -77,23 +81,49 @@ bool LeafPageSound(const uint8_t* page, uint32_t page_size) {
   return true;
 }
 
+// A root page LMDB can use: a sound leaf page, or a branch page whose every
+// node lies inside it and names, as its child, a sound leaf page inside the
+// file (`page` is overwritten by the children).
+bool RootPageSound(int fd, std::vector<uint8_t>* page, uint32_t page_size, uint64_t file_pages) {
+  using namespace lmdb;
+  const uint8_t* p = page->data();
+  if (Load16(p + kFlagsAt) != kBranchPage) return LeafPageSound(p, page_size);
+  uint16_t lower = Load16(p + kLowerAt), upper = Load16(p + kUpperAt);
+  if (lower == 0 || lower % 2 != 0 || lower > upper || kHeaderSize + upper > page_size) return false;
+  // A branch node: the child's page number in its first six bytes, then its key size and key.
+  std::vector<uint64_t> children;
+  for (unsigned i = 0; i < lower / 2u; ++i) {
+    uint64_t at = kHeaderSize + Load16(p + kHeaderSize + 2 * i);
+    if (at % 2 != 0 || at + kNodeHeaderSize > page_size || at + kNodeHeaderSize + Load16(p + at + 6) > page_size) return false;
+    uint64_t child = Load16(p + at) | uint64_t{Load16(p + at + 2)} << 16 | uint64_t{Load16(p + at + 4)} << 32;
+    if (child < 2 || child >= file_pages) return false;
+    children.push_back(child);
+  }
+  for (uint64_t child : children) {
+    if (!ReadAt(fd, page->data(), page_size, child * page_size) || !LeafPageSound(page->data(), page_size)) return false;
+  }
+  return true;
+}
+
 // LMDB trusts the pages it reads. It checks the magic and version of the
 // first meta page only, takes the page size from whichever meta page has the
 // higher transaction id and divides by it before checking anything else (a
 // meta page overwritten by another page raised SIGFPE); and it walks its tree
 // as the pages say: a root page flagged as a branch sent it to pages near the
 // end of the file and read past it (SIGBUS), odd node offsets made it read
-// misaligned nodes. A snapshot's main tree is one leaf page (the writer puts
-// eight small entries in it), so that is all this accepts: both meta pages
-// sound, with one page size, the main tree without flags and its root a leaf
-// page inside the file whose nodes lie inside it. LMDB then reads nothing for
-// a key beyond that page and the overflow page numbers it checks itself.
-// Empty when sound.
+// misaligned nodes. A snapshot's main tree holds twelve entries: one leaf
+// page, or, when the values small enough to be kept in the tree (a small
+// build's metadata and record tables) fill more than a page, a branch page
+// over leaf pages. That is all this accepts: both meta pages sound, with one
+// page size, the main tree without flags and its root such a page inside the
+// file, every node inside its page. LMDB then reads nothing for a key beyond
+// those pages and the overflow page numbers it checks itself. Empty when
+// sound.
 std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
   using namespace lmdb;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "cannot be read";
-  uint8_t meta[2][kMainRootAt + 8];
+  uint8_t meta[2][kLastPageAt + 8];
   uint32_t page_size = 0;
   std::string problem;
   for (int i = 0; i < 2 && problem.empty(); ++i) {
@@ -105,8 +135,13 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
     uint32_t size = Load32(meta[i] + kPageSizeAt);
     // Page sizes LMDB writes: the OS page size, 4 KiB to 64 KiB.
     bool size_ok = size >= 4096 && size <= 65536 && (size & (size - 1)) == 0 && (i == 0 || size == page_size);
+    // LMDB maps the larger of the map size and the end of the last page named
+    // (in 64-bit arithmetic that wraps, as here): less than the two meta
+    // pages, and it read the second one outside its mapping.
+    uint64_t mapped = std::max(Load64(meta[i] + kMapSizeAt), (Load64(meta[i] + kLastPageAt) + 1) * uint64_t{size});
+    bool map_ok = mapped >= 2 * uint64_t{size};
     if (!(Load16(meta[i] + kFlagsAt) & kMetaPage) || Load32(meta[i] + kMagicAt) != kMagic ||
-        (Load32(meta[i] + kVersionAt) & 0xFFFF) != kDataVersion || !size_ok || Load16(meta[i] + kMainFlagsAt) != 0) {
+        (Load32(meta[i] + kVersionAt) & 0xFFFF) != kDataVersion || !size_ok || !map_ok || Load16(meta[i] + kMainFlagsAt) != 0) {
       problem = "LMDB meta page " + std::to_string(i) + " is damaged";
     }
     page_size = size;
@@ -117,7 +152,7 @@ std::string CheckLmdbPages(const std::string& path, uint64_t file_size) {
     uint64_t root = Load64(meta[i] + kMainRootAt);
     if (root == kNoPage) continue;  // an empty tree: the first meta page of a new file
     if (root < 2 || root >= file_size / page_size || !ReadAt(fd, page.data(), page_size, root * page_size) ||
-        !LeafPageSound(page.data(), page_size)) {
+        !RootPageSound(fd, &page, page_size, file_size / page_size)) {
       problem = "LMDB root page " + std::to_string(root) + " is damaged";
     }
   }
@@ -139,6 +174,117 @@ std::string LmdbError(int rc) {
     case MDB_BAD_TXN: return "MDB_BAD_TXN: the read was refused";
   }
   return rc > 0 ? std::strerror(rc) : "LMDB error " + std::to_string(rc);
+}
+
+// Reads a key of an evidence entry (little-endian, as the writer put it).
+template <typename K>
+K LoadKey(const uint8_t* p) {
+  K v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename K>
+constexpr size_t EvidenceEntrySize() {
+  return sizeof(K) == 4 ? kEvidenceV4Size : kEvidenceV6Size;
+}
+
+// The bits of a K below its first `len` (all of them for len 0).
+template <typename K>
+K HostMask(unsigned len) {
+  constexpr unsigned kBits = KeyBits<K>();
+  return len >= kBits ? K{0} : ~K{0} >> len;
+}
+
+// Checks an "ev.prefix" blob (snapshot_format.h): its size against its
+// count, the directory, and every entry (no host bits, a flag table, a known
+// source, in order). Sets `count`; empty when sound, else the problem.
+template <typename K>
+std::string CheckPrefixEvidence(const Blob& b, uint32_t sources, uint32_t* count) {
+  constexpr unsigned kBits = KeyBits<K>();
+  constexpr size_t kEntry = EvidenceEntrySize<K>();
+  const uint64_t head = kEvidenceHeaderSize + 4 * uint64_t{kBits + 2};
+  if (b.size < head || std::memcmp(b.data, "EVP1", 4) != 0) return "header is damaged";
+  *count = Load32(b.data + 4);
+  if (b.size != head + kEntry * uint64_t{*count}) return "size does not match its count";
+  const uint8_t* dir = b.data + kEvidenceHeaderSize;
+  if (Load32(dir) != 0 || Load32(dir + 4 * (kBits + 1)) != *count) return "directory does not cover its entries";
+  const uint8_t* entries = b.data + head;
+  for (unsigned len = 0; len <= kBits; ++len) {
+    uint32_t from = Load32(dir + 4 * len), to = Load32(dir + 4 * (len + 1));
+    if (from > to || to > *count) return "directory is out of order";
+    for (uint32_t i = from; i < to; ++i) {
+      const uint8_t* e = entries + kEntry * i;
+      K start = LoadKey<K>(e);
+      uint16_t source = Load16(e + sizeof(K));
+      uint8_t table = e[sizeof(K) + 2], zero = e[sizeof(K) + 3];
+      if ((start & HostMask<K>(len)) != 0 || table >= kFlagTableCount || zero != 0 || source >= sources) {
+        return "entry " + std::to_string(i) + " is damaged";
+      }
+      if (i > from) {
+        const uint8_t* p = e - kEntry;
+        K before = LoadKey<K>(p);
+        uint8_t before_table = p[sizeof(K) + 2];
+        if (std::make_tuple(before, before_table, Load16(p + sizeof(K))) >= std::make_tuple(start, table, source)) {
+          return "entry " + std::to_string(i) + " is out of order";
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// Checks the "ev.asn" blob the same way. Sets `count`.
+std::string CheckAsnEvidence(const Blob& b, uint32_t asns, uint32_t sources, uint32_t* count) {
+  if (b.size < kEvidenceHeaderSize || std::memcmp(b.data, "EVA1", 4) != 0) return "header is damaged";
+  *count = Load32(b.data + 4);
+  if (b.size != kEvidenceHeaderSize + kEvidenceAsnSize * uint64_t{*count}) return "size does not match its count";
+  for (uint32_t i = 0; i < *count; ++i) {
+    const uint8_t* e = b.data + kEvidenceHeaderSize + kEvidenceAsnSize * i;
+    uint32_t record = Load32(e);
+    uint16_t source = Load16(e + 4);
+    if (record >= asns || e[6] >= kFlagTableCount || e[7] != 0 || source >= sources) return "entry " + std::to_string(i) + " is damaged";
+    if (i > 0) {
+      const uint8_t* p = e - kEvidenceAsnSize;
+      if (std::make_tuple(Load32(p), p[6], Load16(p + 4)) >= std::make_tuple(record, e[6], source)) {
+        return "entry " + std::to_string(i) + " is out of order";
+      }
+    }
+  }
+  return "";
+}
+
+// Appends the entries of an "ev.prefix" blob that hold `key`, in tables
+// whose bit `flags` has. `count` is the count Open checked; directory
+// words are clamped to it, so a blob changed since reads wrong, never
+// outside itself.
+template <typename K>
+void ExplainPrefixes(const Blob& b, uint32_t count, K key, uint8_t flags, std::vector<Evidence>* out) {
+  constexpr unsigned kBits = KeyBits<K>();
+  constexpr size_t kEntry = EvidenceEntrySize<K>();
+  const uint8_t* dir = b.data + kEvidenceHeaderSize;
+  const uint8_t* entries = dir + 4 * (kBits + 2);
+  for (unsigned len = 0; len <= kBits; ++len) {
+    uint32_t lo = std::min(Load32(dir + 4 * len), count);
+    uint32_t hi = std::min(std::max(Load32(dir + 4 * (len + 1)), lo), count);
+    K prefix = key & ~HostMask<K>(len);
+    while (lo < hi) {  // the first entry of the group not below `prefix`
+      uint32_t mid = lo + (hi - lo) / 2;
+      if (LoadKey<K>(entries + kEntry * mid) < prefix) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    uint32_t end = std::min(std::max(Load32(dir + 4 * (len + 1)), lo), count);
+    for (uint32_t i = lo; i < end && LoadKey<K>(entries + kEntry * i) == prefix; ++i) {
+      const uint8_t* e = entries + kEntry * i;
+      uint8_t table = e[sizeof(K) + 2];
+      if (table < kFlagTableCount && (flags >> table & 1)) {
+        out->push_back(Evidence{table, static_cast<uint8_t>(len), false, Load16(e + sizeof(K))});
+      }
+    }
+  }
 }
 
 FileStamp StampOf(const struct stat& st) {
@@ -206,6 +352,34 @@ void Snapshot::LookupBatch(const ParsedAddress* addrs, size_t n, Answer* out) co
     for (size_t k = 0; k < n4; ++k) out[base + v4_at[k]] = Unpack(v4_leaves[k]);
     for (size_t k = 0; k < n6; ++k) out[base + v6_at[k]] = Unpack(v6_leaves[k]);
   }
+}
+
+void Snapshot::Explain(const ParsedAddress& addr, const Answer& answer, std::vector<Evidence>* out) const {
+  out->clear();
+  if (addr.family == Family::kV4) {
+    ExplainPrefixes<uint32_t>(evidence_[0], evidence_counts_[0], addr.v4, answer.flags, out);
+  } else {
+    ExplainPrefixes<u128>(evidence_[1], evidence_counts_[1], addr.v6, answer.flags, out);
+  }
+  if (answer.asn != kNoRecord) {
+    const uint8_t* entries = evidence_[2].data + kEvidenceHeaderSize;
+    uint32_t lo = 0, hi = evidence_counts_[2];
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo) / 2;
+      if (Load32(entries + kEvidenceAsnSize * mid) < answer.asn) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    for (uint32_t i = lo; i < evidence_counts_[2] && Load32(entries + kEvidenceAsnSize * i) == answer.asn; ++i) {
+      const uint8_t* e = entries + kEvidenceAsnSize * i;
+      if (e[6] < kFlagTableCount && (answer.flags >> e[6] & 1)) out->push_back(Evidence{e[6], answer.asn_len, true, Load16(e + 4)});
+    }
+  }
+  std::sort(out->begin(), out->end(), [](const Evidence& a, const Evidence& b) {
+    return std::make_tuple(a.table, -int{a.len}, a.by_asn, a.source) < std::make_tuple(b.table, -int{b.len}, b.by_asn, b.source);
+  });
 }
 
 bool Snapshot::ValidLeaf(uint64_t v, unsigned key_bits) const {
@@ -282,14 +456,18 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
 
   Blob header_blob;
   if (!get("header", &header_blob)) return false;
+  // Magic and version first: the header's size changes with the format.
+  constexpr size_t kVersionEnd = offsetof(SnapshotHeader, format_version) + 4;
+  if (header_blob.size < kVersionEnd || std::memcmp(header_blob.data, "IPRSNAP", 8) != 0) {
+    return fail(ErrorCode::kSnapshotInvalid, "not an ip-reputation snapshot");
+  }
+  uint32_t version = Load32(header_blob.data + offsetof(SnapshotHeader, format_version));
+  if (version != kFormatVersion) {
+    return fail(ErrorCode::kSnapshotVersion, "format version " + std::to_string(version) + ", this build reads version " +
+                                        std::to_string(kFormatVersion) + "; rebuild it with `ipr build`");
+  }
   if (header_blob.size != sizeof(SnapshotHeader)) return fail(ErrorCode::kSnapshotInvalid, "header has the wrong size");
   std::memcpy(&header_, header_blob.data, sizeof header_);
-  if (std::memcmp(header_.magic, "IPRSNAP", 8) != 0) return fail(ErrorCode::kSnapshotInvalid, "not an ip-reputation snapshot");
-  if (header_.format_version != kFormatVersion) {
-    return fail(ErrorCode::kSnapshotVersion, "format version " + std::to_string(header_.format_version) +
-                                        ", this build reads version " + std::to_string(kFormatVersion) +
-                                        "; rebuild it with `ipr build`");
-  }
 
   Blob blobs[kBlobCount];
   uint64_t checksum = 0;
@@ -350,6 +528,18 @@ bool Snapshot::Load(const std::string& path, SnapshotError* error) {
     }
     records_[k] = b;
     record_bytes_[k] = bytes;
+  }
+
+  const uint32_t sources = counts[kSourceRecords];
+  const Blob* evidence = blobs + kFirstEvidenceBlob;
+  const std::string problems[3] = {
+      CheckPrefixEvidence<uint32_t>(evidence[0], sources, &evidence_counts_[0]),
+      CheckPrefixEvidence<u128>(evidence[1], sources, &evidence_counts_[1]),
+      CheckAsnEvidence(evidence[2], counts[kAsnRecords], sources, &evidence_counts_[2]),
+  };
+  for (unsigned i = 0; i < 3; ++i) {
+    if (!problems[i].empty()) return fail(ErrorCode::kSnapshotInvalid, std::string(kBlobNames[kFirstEvidenceBlob + i]) + " " + problems[i]);
+    evidence_[i] = evidence[i];
   }
   return true;
 }

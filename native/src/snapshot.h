@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "address.h"
 #include "error_codes.h"
@@ -109,6 +110,14 @@ class Snapshot {
     if (from > to || to > record_bytes_[kind]) return Blob{};
     return Blob{offsets + 4 * (size_t{count} + 1) + from, size_t{to} - from};
   }
+  // Why the answer carries its flags: the prefixes of flag sources holding
+  // the address, in the tables whose flag `answer` (the address's Lookup)
+  // carries, and the asn-list sources that flag its ASN. Sorted by table,
+  // most specific prefix first, then source. Off the lookup path: binary
+  // searches over the evidence blobs, every index clamped to what Open
+  // checked (the map may change after it), so it stays inside the map.
+  void Explain(const ParsedAddress& addr, const Answer& answer, std::vector<Evidence>* out) const;
+
   const TrieView& trie4() const { return trie4_; }
   const TrieView& trie6() const { return trie6_; }
   uint64_t file_size() const { return file_size_; }
@@ -153,6 +162,9 @@ class Snapshot {
   Blob records_[kRecordKindCount];
   // Bytes of record text in each table (after its offsets).
   uint64_t record_bytes_[kRecordKindCount] = {};
+  // The evidence blobs (IPv4, IPv6, ASN) and their entry counts as Open checked them.
+  Blob evidence_[3];
+  uint32_t evidence_counts_[3] = {};
   TrieView trie4_, trie6_;
 };
 

@@ -10,6 +10,13 @@
 //   "rec.company"  RecordTable: one JSON object text per company
 //   "rec.asn"      RecordTable: one `{"number":N,"name":"..."}` per ASN record
 //   "rec.location" RecordTable: one JSON object text per location
+//   "rec.source"   RecordTable: one JSON string text per source of the build (its name)
+//   "ev.prefix4"   evidence: the IPv4 prefixes flag sources listed, and which source
+//   "ev.prefix6"   the same for IPv6
+//   "ev.asn"       evidence: the ASN records flagged by asn-list sources, and which source
+//
+// Evidence answers "why is this address flagged?" (`explain`); lookups never
+// read it, so it costs the hot path nothing but file size.
 //
 // Every blob but "header" is covered, in this order, by the header's checksum.
 // All integers are little-endian; nothing assumes alignment.
@@ -19,7 +26,7 @@
 
 namespace ipr {
 
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;
 constexpr uint32_t kNoRecord = 0xFFFFFFFFu;
 
 // The tables a snapshot answers from. The first five are flags. Their order
@@ -30,16 +37,17 @@ constexpr unsigned kFlagTableCount = 5;
 constexpr const char* kTableNames[] = {"tor", "vpn", "proxy", "relay", "hosting", "asn", "geo"};
 static_assert(sizeof kTableNames / sizeof kTableNames[0] == kTableCount, "one name per table");
 
-enum RecordKind : unsigned { kCompanyRecords, kAsnRecords, kLocationRecords, kRecordKindCount };
+enum RecordKind : unsigned { kCompanyRecords, kAsnRecords, kLocationRecords, kSourceRecords, kRecordKindCount };
 
 struct SnapshotHeader {
   char magic[8];  // "IPRSNAP\0"
   uint32_t format_version;
   uint32_t record_counts[kRecordKindCount];
+  uint32_t reserved;  // zero
   uint64_t checksum;  // Checksum64 chained over the blobs in kBlobNames order
   uint64_t built_at_ms;
 };
-static_assert(sizeof(SnapshotHeader) == 40, "SnapshotHeader is part of the file format");
+static_assert(sizeof(SnapshotHeader) == 48, "SnapshotHeader is part of the file format");
 
 // What a lookup answers for an address, unpacked.
 struct Answer {
@@ -88,9 +96,32 @@ constexpr uint64_t kNothing = Pack(0, 0, 0, kNoRecord, kNoRecord);
 // bytes; record i is bytes[offsets[i], offsets[i + 1]), printable ASCII.
 constexpr uint32_t kRecordTableHeaderSize = 8;
 
-constexpr const char* kBlobNames[] = {"meta",        "trie4",   "trie6",       "asn.company",
-                                      "rec.company", "rec.asn", "rec.location"};
-constexpr unsigned kBlobCount = 7;
+// Evidence blobs ("ev.prefix4", "ev.prefix6"): "EVP1", uint32 count, then
+// uint32 first[key_bits + 2], where the entries of the prefixes of length L
+// are [first[L], first[L + 1]) (first[0] == 0, first[key_bits + 1] ==
+// count), then `count` entries: the prefix's first address (uint32 or
+// 128 bits, little-endian, no bit set past the length), uint16 source (a
+// kSourceRecords id), uint8 table (a flag table), uint8 zero. Within a
+// length, entries are sorted by address, table, source, none twice.
+// "ev.asn": "EVA1", uint32 count, then `count` entries of uint32 ASN record
+// id, uint16 source, uint8 table, uint8 zero, sorted, none twice.
+constexpr uint32_t kEvidenceHeaderSize = 8;
+constexpr size_t kEvidenceV4Size = 8, kEvidenceV6Size = 20, kEvidenceAsnSize = 8;
+
+// One entry of an address's evidence: `source` listed, in flag table
+// `table`, the prefix of `len` bits holding the address; `by_asn`: the
+// source listed the address's ASN, and `len` is the ASN's route.
+struct Evidence {
+  uint8_t table;
+  uint8_t len;
+  bool by_asn;
+  uint32_t source;
+};
+
+constexpr const char* kBlobNames[] = {"meta",       "trie4",      "trie6",      "asn.company", "rec.company", "rec.asn",
+                                      "rec.location", "rec.source", "ev.prefix4", "ev.prefix6", "ev.asn"};
+constexpr unsigned kBlobCount = 11;
 constexpr unsigned kFirstRecordBlob = 4;
+constexpr unsigned kFirstEvidenceBlob = kFirstRecordBlob + kRecordKindCount;
 
 }  // namespace ipr

@@ -5,9 +5,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
 
 #include "checksum.h"
 #include "lmdb.h"
@@ -78,14 +80,14 @@ Partition<K> SpecialPartition();
 template <>
 Partition<uint32_t> SpecialPartition<uint32_t>() {
   std::vector<Prefix<uint32_t>> prefixes;
-  for (const SpecialV4& s : kSpecialV4) prefixes.push_back({s.start, 1, 0, s.len});
+  for (const SpecialV4& s : kSpecialV4) prefixes.push_back({s.start, 1, 0, s.len, 0});
   return ResolvePrefixes(&prefixes);
 }
 
 template <>
 Partition<u128> SpecialPartition<u128>() {
   std::vector<Prefix<u128>> prefixes;
-  for (const SpecialV6& s : kSpecialV6) prefixes.push_back({(u128{s.high} << 64) | s.low, 1, 0, s.len});
+  for (const SpecialV6& s : kSpecialV6) prefixes.push_back({(u128{s.high} << 64) | s.low, 1, 0, s.len, 0});
   return ResolvePrefixes(&prefixes);
 }
 
@@ -96,6 +98,55 @@ std::vector<uint8_t> RecordTableBlob(const std::vector<uint8_t>& bytes, const st
   std::memcpy(blob.data() + 4, &count, 4);
   std::memcpy(blob.data() + kRecordTableHeaderSize, offsets.data(), 4 * offsets.size());
   if (!bytes.empty()) std::memcpy(blob.data() + kRecordTableHeaderSize + 4 * offsets.size(), bytes.data(), bytes.size());
+  return blob;
+}
+
+template <typename T>
+void Put(std::vector<uint8_t>* out, const T& v) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
+  out->insert(out->end(), p, p + sizeof v);
+}
+
+// An evidence blob's header: its magic and entry count.
+std::vector<uint8_t> EvidenceHeader(const char* magic, size_t count) {
+  std::vector<uint8_t> blob(kEvidenceHeaderSize);
+  uint32_t n = static_cast<uint32_t>(count);
+  std::memcpy(blob.data(), magic, 4);
+  std::memcpy(blob.data() + 4, &n, 4);
+  return blob;
+}
+
+// The "ev.prefix" blob of one family (snapshot_format.h) from the prefixes of
+// its flag tables, each kept with the source that listed it.
+template <typename K>
+std::vector<uint8_t> PrefixEvidenceBlob(const std::vector<Prefix<K>>* flag_tables) {
+  struct Entry {
+    K start;
+    uint16_t source;
+    uint8_t len;
+    uint8_t table;
+  };
+  std::vector<Entry> entries;
+  for (unsigned t = 0; t < kFlagTableCount; ++t) {
+    for (const Prefix<K>& p : flag_tables[t]) entries.push_back(Entry{p.start, p.source, p.len, static_cast<uint8_t>(t)});
+  }
+  auto key = [](const Entry& e) { return std::make_tuple(e.len, e.start, e.table, e.source); };
+  std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) < key(b); });
+  entries.erase(std::unique(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) == key(b); }),
+                entries.end());
+  constexpr unsigned kBits = KeyBits<K>();
+  std::vector<uint8_t> blob = EvidenceHeader("EVP1", entries.size());
+  size_t at = 0;
+  for (unsigned len = 0; len <= kBits + 1; ++len) {
+    while (at < entries.size() && entries[at].len < len) ++at;
+    Put(&blob, static_cast<uint32_t>(at));
+  }
+  for (const Entry& e : entries) {
+    Put(&blob, e.start);
+    Put(&blob, e.source);
+    Put(&blob, e.table);
+    Put(&blob, uint8_t{0});
+  }
   return blob;
 }
 
@@ -118,7 +169,7 @@ std::string SpaceNote(const std::string& path, uint64_t needed) {
 }  // namespace
 
 void SnapshotWriter::AddRanges(Table table, Family family, const uint8_t* starts, const uint8_t* ends,
-                               const uint32_t* values, size_t count) {
+                               const uint32_t* values, const uint16_t* sources, size_t count) {
   if (compiled_) throw std::logic_error("snapshot writer: already compiled");
   if (table >= kTableCount) throw std::invalid_argument("snapshot writer: unknown table");
   auto add = [&](auto* fam, auto zero, size_t width, int fi) {
@@ -128,9 +179,10 @@ void SnapshotWriter::AddRanges(Table table, Family family, const uint8_t* starts
       K first = LoadAddress<K>(starts + width * i);
       K last = LoadAddress<K>(ends + width * i);
       if (last < first) throw std::invalid_argument("snapshot writer: a range ends before it starts");
+      if (table == kAsn && fam->asn_resolved) throw std::logic_error("snapshot writer: the ASN table was already resolved");
       uint32_t value = values[i];
       if (table < kFlagTableCount && value == kNoValue) value = kListedWithoutCompany;
-      AppendRangePrefixes(first, last, value, order_++, &prefixes);
+      AppendRangePrefixes(first, last, value, order_++, sources[i], &prefixes);
     }
     stats_.tables[table].ranges[fi] += count;
   };
@@ -145,6 +197,15 @@ void SnapshotWriter::SetAsnAttributes(std::vector<uint8_t> flags, std::vector<ui
   if (flags.size() != companies.size()) throw std::invalid_argument("snapshot writer: ASN attribute sizes differ");
   asn_flags_ = std::move(flags);
   asn_companies_ = std::move(companies);
+}
+
+void SnapshotWriter::SetAsnEvidence(std::vector<uint32_t> records, std::vector<uint16_t> sources, std::vector<uint8_t> tables) {
+  if (records.size() != sources.size() || records.size() != tables.size()) {
+    throw std::invalid_argument("snapshot writer: ASN evidence sizes differ");
+  }
+  asn_evidence_records_ = std::move(records);
+  asn_evidence_sources_ = std::move(sources);
+  asn_evidence_tables_ = std::move(tables);
 }
 
 void SnapshotWriter::SetRecords(RecordKind kind, std::vector<uint8_t> bytes, std::vector<uint32_t> offsets) {
@@ -162,14 +223,72 @@ void SnapshotWriter::SetRecords(RecordKind kind, std::vector<uint8_t> bytes, std
 }
 
 template <typename K>
+Partition<K>& SnapshotWriter::AsnPartition(Family_<K>* fam, int fi) {
+  if (!fam->asn_resolved) {
+    stats_.tables[kAsn].prefixes[fi] = fam->prefixes[kAsn].size();
+    fam->asn = ResolvePrefixes(&fam->prefixes[kAsn]);
+    std::vector<Prefix<K>>().swap(fam->prefixes[kAsn]);
+    fam->asn_resolved = true;
+  }
+  return fam->asn;
+}
+
+std::vector<uint32_t> SnapshotWriter::AsnRecordsOf(Family family, const uint8_t* addresses, size_t count) {
+  if (compiled_) throw std::logic_error("snapshot writer: already compiled");
+  std::vector<uint32_t> out(count);
+  auto find = [&](auto* fam, auto zero, size_t width, int fi) {
+    using K = decltype(zero);
+    const Partition<K>& part = AsnPartition(fam, fi);
+    for (size_t i = 0; i < count; ++i) {
+      K key = LoadAddress<K>(addresses + width * i);
+      size_t at = static_cast<size_t>(std::upper_bound(part.starts.begin(), part.starts.end(), key) - part.starts.begin()) - 1;
+      out[i] = part.values[at];  // kNoValue == kNoRecord
+    }
+  };
+  if (family == Family::kV4) {
+    find(&v4_, uint32_t{0}, 4, 0);
+  } else {
+    find(&v6_, u128{0}, 16, 1);
+  }
+  return out;
+}
+
+std::vector<uint64_t> SnapshotWriter::AsnV4AddressCounts() {
+  if (compiled_) throw std::logic_error("snapshot writer: already compiled");
+  const Partition<uint32_t>& part = AsnPartition(&v4_, 0);
+  std::vector<uint64_t> counts;
+  for (size_t i = 0; i < part.size(); ++i) {
+    if (part.values[i] == kNoValue) continue;
+    uint64_t end = i + 1 < part.size() ? part.starts[i + 1] : uint64_t{1} << 32;
+    if (part.values[i] >= counts.size()) counts.resize(part.values[i] + 1, 0);
+    counts[part.values[i]] += end - part.starts[i];
+  }
+  return counts;
+}
+
+template <typename K>
 Partition<K, uint64_t> SnapshotWriter::MergeFamily(Family_<K>* fam, int fi) {
   const uint32_t companies = record_count(kCompanyRecords);
   const uint32_t asns = record_count(kAsnRecords);
   const uint32_t locations = record_count(kLocationRecords);
+  const uint32_t sources = record_count(kSourceRecords);
+  for (unsigned t = 0; t < kFlagTableCount; ++t) {
+    for (const Prefix<K>& p : fam->prefixes[t]) {
+      if (p.source >= sources) throw std::invalid_argument("snapshot writer: a prefix names a source past the source records");
+    }
+  }
+  fam->evidence = PrefixEvidenceBlob(fam->prefixes);
   Partition<K> parts[kTableCount + 1];
   for (unsigned t = 0; t < kTableCount; ++t) {
+    if (t == kAsn) {
+      parts[t] = std::move(AsnPartition(fam, fi));
+      for (uint32_t value : parts[t].values) {
+        if (value != kNoValue && value >= asns) throw std::invalid_argument("snapshot writer: a value points past its record table");
+      }
+      continue;
+    }
     auto& prefixes = fam->prefixes[t];
-    uint32_t limit = t == kAsn ? asns : t == kGeo ? locations : companies;
+    uint32_t limit = t == kGeo ? locations : companies;
     for (const Prefix<K>& p : prefixes) {
       bool ok = p.value < limit || (t < kFlagTableCount && p.value == kListedWithoutCompany);
       if (!ok) throw std::invalid_argument("snapshot writer: a value points past its record table");
@@ -214,6 +333,35 @@ Partition<K, uint64_t> SnapshotWriter::MergeFamily(Family_<K>* fam, int fi) {
   return merged;
 }
 
+std::vector<uint8_t> SnapshotWriter::AsnEvidenceBlob() const {
+  struct Entry {
+    uint32_t record;
+    uint16_t source;
+    uint8_t table;
+  };
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < asn_evidence_records_.size(); ++i) {
+    Entry e{asn_evidence_records_[i], asn_evidence_sources_[i], asn_evidence_tables_[i]};
+    if (e.record >= record_count(kAsnRecords) || e.table >= kFlagTableCount || e.source >= record_count(kSourceRecords) ||
+        !(asn_flags_[e.record] >> e.table & 1)) {
+      throw std::invalid_argument("snapshot writer: ASN evidence that matches no ASN flag or source");
+    }
+    entries.push_back(e);
+  }
+  auto key = [](const Entry& e) { return std::make_tuple(e.record, e.table, e.source); };
+  std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) < key(b); });
+  entries.erase(std::unique(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) { return key(a) == key(b); }),
+                entries.end());
+  std::vector<uint8_t> blob = EvidenceHeader("EVA1", entries.size());
+  for (const Entry& e : entries) {
+    Put(&blob, e.record);
+    Put(&blob, e.source);
+    Put(&blob, e.table);
+    Put(&blob, uint8_t{0});
+  }
+  return blob;
+}
+
 const CompileStats& SnapshotWriter::Compile() {
   if (compiled_) return stats_;
   if (record_count(kAsnRecords) >= leaf::kNoAsn || record_count(kLocationRecords) >= leaf::kNoLocation) {
@@ -233,6 +381,7 @@ const CompileStats& SnapshotWriter::Compile() {
   for (uint8_t flags : asn_flags_) {
     if (flags >= (1u << kFlagTableCount)) throw std::invalid_argument("snapshot writer: unknown ASN flags");
   }
+  asn_evidence_ = AsnEvidenceBlob();
   {
     Partition<uint32_t, uint64_t> merged = MergeFamily(&v4_, 0);
     v4_.trie = BuildTrieV4(merged.starts, merged.values);
@@ -267,7 +416,8 @@ void SnapshotWriter::Write(const std::string& path, const std::string& meta_json
     record_blobs[k] = RecordTableBlob(records_[k].bytes, records_[k].offsets);
   }
   std::vector<uint8_t>* blobs[kBlobCount] = {&meta,           &v4_.trie,       &v6_.trie,       &asn_company,
-                                             &record_blobs[0], &record_blobs[1], &record_blobs[2]};
+                                             &record_blobs[0], &record_blobs[1], &record_blobs[2], &record_blobs[3],
+                                             &v4_.evidence,    &v6_.evidence,    &asn_evidence_};
 
   SnapshotHeader header{};
   std::memcpy(header.magic, "IPRSNAP", 8);

@@ -61,8 +61,8 @@ export function warningPrinter(): (message: string) => void {
 
 export function printSummary(s: BuildSummary): void {
   const sources = [
-    ['source', 'kind', 'format', 'records', 'bad lines', 'seconds'],
-    ...s.sources.map((x) => [x.name, x.kind, x.format, x.skipped ? 'skipped' : x.records, x.bad_lines, x.seconds.toFixed(2)]),
+    ['source', 'kind', 'format', 'records', 'bad lines', 'left out', 'seconds'],
+    ...s.sources.map((x) => [x.name, x.kind, x.format, x.skipped ? 'skipped' : x.records, x.bad_lines, x.left_out ?? 0, x.seconds.toFixed(2)]),
   ];
   const tables = [
     ['table', 'IPv4 ranges', 'IPv4 prefixes', 'IPv6 ranges', 'IPv6 prefixes'],

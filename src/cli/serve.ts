@@ -4,13 +4,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { parseDuration } from '../clock.js';
 import { IprError } from '../errors.js';
 import { buildSnapshot } from '../pipeline/build.js';
 import { publishedName } from '../pipeline/publish.js';
 import { loadPlans } from '../plans.js';
 import { clientTypes, openapiDocument } from '../server/openapi.js';
 import { serve, type RunningServer } from '../server/serve.js';
-import { parseDuration } from '../server/updater.js';
 import { dataDirOf, integerOption, keepOption, options, UsageError, type Command } from './args.js';
 import { endProgress, printSummary, progressPrinter, warningPrinter } from './output.js';
 

@@ -103,11 +103,12 @@ async function rollbackCommand(args: string[]): Promise<number> {
 }
 
 async function lookup(args: string[]): Promise<number> {
-  const { values, positionals } = options(args, {}, true);
+  const { values, positionals } = options(args, { explain: { type: 'boolean' } }, true);
   if (positionals.length === 0) throw new UsageError('lookup needs at least one address');
   const snapshot = openSnapshot(dataDirOf(values));
   try {
-    const results = snapshot.lookupMany(positionals);
+    const answers = snapshot.lookupMany(positionals);
+    const results = values.explain ? answers.map((r, i) => ('error' in r ? r : snapshot.explain(positionals[i]!))) : answers;
     const body = results.length === 1 ? results[0] : results;
     process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
     return results.some((r) => 'error' in r) ? 1 : 0;
@@ -175,8 +176,9 @@ export const snapshotCommands: Command[] = [
   },
   {
     name: 'lookup',
-    usage: `lookup IP... [--data DIR]
-         Print the check result of each address, as the API answers it.`,
+    usage: `lookup IP... [--data DIR] [--explain]
+         Print the check result of each address, as the API answers it; --explain adds
+         its evidence: which sources list it (table, source, listed prefix).`,
     run: lookup,
   },
   {

@@ -6,7 +6,7 @@ export interface CheckRequest {
   ip: string;
 }
 
-/** Fields in this order, no others. Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects. */
+/** Fields in this order, no others (`evidence` only with `?explain=1`, after them). Special-purpose addresses (private, loopback, documentation...) answer all flags false, score 0, allow, and null objects. */
 export interface CheckResult {
   /** The canonical text of the address (RFC 5952 for IPv6; IPv4-mapped as ::ffff:a.b.c.d). */
   ip: string;
@@ -25,11 +25,13 @@ export interface CheckResult {
   company: Company | null;
   location: Location | null;
   asn: Asn | null;
+  /** With `?explain=1` only: every source listing the address, in the tables whose flag it carries. */
+  evidence?: undefined[];
 }
 
 export interface Company {
   name: string;
-  /** From a provider source (cloud ranges: hosting), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, else from the organisation name (education, government, hosting, isp), else business. */
+  /** From a provider source (cloud ranges: hosting; a VPN provider's own server list: vpn), else from the ASN: vpn or hosting when a VPN or datacenter ASN list names it, else from the organisation name (education, government, hosting, isp), else business. */
   type: "hosting" | "isp" | "business" | "education" | "government" | "vpn";
   domain: string | null;
 }

@@ -16,9 +16,10 @@ import { fetchSource, type FeedProvenance, type FetchOptions } from './fetch.js'
 import { IMPORTERS } from './importers.js';
 import { clearHold, newSnapshotPath, partialPath, prune, publish, removeAbandoned, withDataLock } from './publish.js';
 import { RangeSink } from './ranges.js';
-import { Records } from './records.js';
+import { asciiJson, Records } from './records.js';
 import { loadSources, localPath, origin, type Source, type SourcesConfig } from './sources.js';
 import { Tally } from './tally.js';
+import { NetworkScale, WeakListings } from './trust.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
@@ -63,12 +64,17 @@ export interface SourceSummary extends Partial<Omit<FeedProvenance, 'url'>>, Par
   file: string;
   records: number;
   bad_lines: number;
+  /** Listings of a source below trust 1 that the trust rule left out (trust.ts). */
+  left_out?: number;
+  /** Host names that did not resolve (their addresses are left out). */
+  unresolved?: number;
   seconds: number;
   license?: string;
+  /** Why the source was left out of the build: unreachable, or older than its max_age. */
   skipped?: string;
 }
 
-/** A source brought to disk, or skipped (unreachable, with skipUnreachable). */
+/** A source brought to disk, or skipped (unreachable, with skipUnreachable; or older than its max_age). */
 export interface SourceInput {
   source: Source;
   file: string | null;
@@ -161,9 +167,15 @@ export async function collectInputs(options: BuildOptions): Promise<Inputs> {
       }),
     ),
   );
+  const now = Date.now();
   const sources = settled.map((result, index): SourceInput => {
     const source = config.sources[index]!;
-    if (result.status === 'fulfilled') return result.value;
+    if (result.status === 'fulfilled') {
+      const stale = staleness(source, result.value.provenance, now);
+      if (stale === null) return result.value;
+      options.onWarning?.(`source ${source.name}: ${stale}; building without it`);
+      return { ...result.value, file: null, skipped: stale };
+    }
     const error = result.reason as unknown;
     if (!options.skipUnreachable || !(error instanceof IprError) || error.code !== 'source_unreadable') throw error;
     options.onWarning?.(`${error.message}; building without it`);
@@ -177,6 +189,24 @@ export async function collectInputs(options: BuildOptions): Promise<Inputs> {
     .update(JSON.stringify({ builder: PACKAGE_VERSION, format: native.formatVersion, sources: identity }))
     .digest('hex');
   return { config, sources, fingerprint };
+}
+
+/**
+ * Why a source's copy is too old to use (its `max_age`), or null. The age
+ * of a download is from when the copy used was fetched (a last good copy
+ * ages while its upstream fails); of a local file, from its modification.
+ */
+function staleness(source: Source, provenance: SourceInput['provenance'], now: number): string | null {
+  if (source.maxAgeMs === undefined || provenance === null) return null;
+  const at = 'fetched_at' in provenance ? provenance.fetched_at : provenance.modified_at;
+  const age = now - Date.parse(at);
+  if (!(age > source.maxAgeMs)) return null;
+  return `its copy (from ${at}) is ${duration(age)} old, more than its max_age of ${duration(source.maxAgeMs)}`;
+}
+
+function duration(ms: number): string {
+  if (ms < 120_000) return `${Math.round(ms / 1000)} s`;
+  return ms < 48 * 3_600_000 ? `${(ms / 3_600_000).toFixed(1)} h` : `${(ms / 86_400_000).toFixed(1)} d`;
 }
 
 /** `ipr build`: collects the sources, builds a snapshot and publishes it, holding the data folder's lock. */
@@ -198,8 +228,11 @@ export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Pr
   };
   const writer = new native.SnapshotWriter();
   const sink = new RangeSink(writer);
+  const weak = new WeakListings();
   const records = new Records();
   const summaries: SourceSummary[] = [];
+  // A source's index in the configuration is its id in the snapshot's evidence.
+  for (const source of config.sources) records.sources.id(asciiJson(source.name));
 
   for (const [index, source] of config.sources.entries()) {
     const sourceStart = process.hrtime.bigint();
@@ -208,13 +241,25 @@ export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Pr
     report(0);
     const input = inputs.sources[index]!;
     if (input.file === null) {
-      summaries.push({ ...describe(source), file: '', records: 0, bad_lines: 0, seconds: 0, skipped: input.skipped! });
+      summaries.push({ ...describe(source), file: '', records: 0, bad_lines: 0, seconds: 0, ...input.provenance, skipped: input.skipped! });
       continue;
     }
     const file = input.file;
     const tally = new Tally(source.name, file);
+    sink.source = index;
+    const trust = source.trust ?? 1;
     try {
-      await IMPORTERS[source.format]({ source, file, sink, records, tally, progress: report });
+      await IMPORTERS[source.format]({
+        source,
+        index,
+        file,
+        sink: trust < 1 ? weak.sinkFor(index, trust) : sink,
+        records,
+        tally,
+        resolveNames: true,
+        progress: report,
+        warn,
+      });
     } catch (error) {
       if (error instanceof IprError) throw error;
       const code = (error as NodeJS.ErrnoException).code;
@@ -228,12 +273,19 @@ export async function buildFromInputs(inputs: Inputs, options: BuildOptions): Pr
       file,
       records: tally.records,
       bad_lines: tally.bad,
+      ...(tally.unresolved > 0 ? { unresolved: tally.unresolved } : {}),
       seconds: Number(process.hrtime.bigint() - sourceStart) / 1e9,
       ...input.provenance,
     });
   }
 
   options.onProgress?.({ phase: 'compile' });
+  sink.flush();
+  // The trust rule needs every ASN range in (trust.ts): sources below trust 1 last.
+  const scale = new NetworkScale(writer, records);
+  const leftOut = weak.resolve(sink, scale);
+  for (const [index, count] of records.resolveAsnFlags(scale)) leftOut.set(index, (leftOut.get(index) ?? 0) + count);
+  for (const [index, count] of leftOut) summaries[index]!.left_out = count;
   sink.flush();
   records.toNative(writer);
   const stats = writer.compile();

@@ -205,7 +205,7 @@ async function attempt(source: Source, part: string, kept: KeptCopy | null, opti
 async function countRecords(source: Source, file: string): Promise<Tally> {
   const tally = new Tally(source.name, source.url!);
   const sink = new RangeSink({ add() {} });
-  await IMPORTERS[source.format]({ source, file, sink, records: new Records(), tally, progress: () => {} });
+  await IMPORTERS[source.format]({ source, index: 0, file, sink, records: new Records(), tally, resolveNames: false, progress: () => {}, warn: () => {} });
   return tally;
 }
 

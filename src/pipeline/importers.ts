@@ -9,20 +9,27 @@ import { readFile, stat } from 'node:fs/promises';
 import { IprError } from '../errors.js';
 import { NO_RECORD } from '../native.js';
 import { TABLE_ID } from '../result.js';
+import { resolveHosts } from './dns.js';
 import { openMmdb } from './mmdb.js';
-import { compareAddresses, integerAddress, parseAddress, parsePrefix, type Family, type RangeSink } from './ranges.js';
+import { compareAddresses, integerAddress, parseAddress, parsePrefix, type Family, type TableSink } from './ranges.js';
 import type { Records } from './records.js';
 import type { Format, Kind, Source } from './sources.js';
 import type { Tally } from './tally.js';
 
 export interface ImportContext {
   source: Source;
+  /** The source's index in its configuration (its id in the snapshot's evidence). */
+  index: number;
   file: string;
-  sink: RangeSink;
+  /** The tables, or the weak listings of a source below trust 1 (trust.ts). */
+  sink: TableSink;
   records: Records;
   tally: Tally;
+  /** Look host names up (surfshark-clusters); false when a download is only being judged (fetch.ts). */
+  resolveNames: boolean;
   /** Fraction of the file done, 0 to 1. */
   progress(fraction: number): void;
+  warn(message: string): void;
 }
 
 /** Calls `line` for every line of the file but blank ones, with 1-based numbers. */
@@ -65,7 +72,8 @@ const last = new Uint8Array(16);
 const NOT_AN_ADDRESS = 'not an address, CIDR prefix or range';
 
 /**
- * Adds one address, CIDR or `first-last` range to the source's table.
+ * Adds one address, CIDR or `first-last` range to the source's table (a
+ * single IPv6 address as its /N when the source sets `widen_ipv6`).
  * Returns a reason when the text is none of those.
  */
 function addText(ctx: ImportContext, text: string, value: number): string | null {
@@ -81,7 +89,9 @@ function addText(ctx: ImportContext, text: string, value: number): string | null
   }
   const prefix = parsePrefix(text, first);
   if (prefix === null) return NOT_AN_ADDRESS;
-  ctx.sink.addPrefix(table, prefix.family, prefix.bytes, prefix.len, value);
+  const widen = ctx.source.widen_ipv6;
+  const len = prefix.family === 6 && prefix.len === 128 && widen !== undefined ? widen : prefix.len;
+  ctx.sink.addPrefix(table, prefix.family, prefix.bytes, len, value);
   return null;
 }
 
@@ -142,14 +152,19 @@ async function proxyList(ctx: ImportContext): Promise<void> {
   });
 }
 
-async function readJson(ctx: ImportContext): Promise<unknown> {
+/** The file as JSON; `cut` takes the JSON part of a text that holds more (PIA's signature). */
+async function readJson(ctx: ImportContext, cut: (text: string) => string = (text) => text): Promise<unknown> {
   const text = await readFile(ctx.file, 'utf8');
   ctx.progress(1);
   try {
-    return JSON.parse(text);
+    return JSON.parse(cut(text));
   } catch (error) {
     throw new IprError('source_unreadable', `source ${ctx.source.name}: ${ctx.file} is not JSON (${(error as Error).message})`);
   }
+}
+
+function unreadable(ctx: ImportContext, what: string): never {
+  throw new IprError('source_unreadable', `source ${ctx.source.name}: ${ctx.file} ${what}`);
 }
 
 /** Adds the address texts of JSON entry `index` (reported as "line" index + 1). */
@@ -176,6 +191,10 @@ async function onionoo(ctx: ImportContext): Promise<void> {
   const value = flagValue(ctx);
   const doc = (await readJson(ctx)) as { relays?: unknown };
   if (!Array.isArray(doc?.relays)) throw new IprError('source_unreadable', `source ${ctx.source.name}: ${ctx.file} has no "relays" array`);
+  // Asked without the flags field, Onionoo lists every relay alike: exits cannot be told apart.
+  if (doc.relays.length > 0 && !doc.relays.some((relay: { flags?: unknown } | null) => Array.isArray(relay?.flags))) {
+    unreadable(ctx, 'has no relay flags, so its exits cannot be told from other relays (ask Onionoo for fields=...,flags,exit_addresses)');
+  }
   doc.relays.forEach((relay: { flags?: unknown; exit_addresses?: unknown; or_addresses?: unknown } | null, i) => {
     if (!Array.isArray(relay?.flags) || !relay.flags.includes('Exit')) return;
     const exits = Array.isArray(relay.exit_addresses) && relay.exit_addresses.length > 0 ? relay.exit_addresses : null;
@@ -201,17 +220,148 @@ function prefixListJson(lists: [string, string[]][]) {
   };
 }
 
+/**
+ * A VPN provider's own server list (JSON): `servers` picks the server
+ * entries out of the document and `addresses` the address fields of one;
+ * each entry counts as a "line" for the 1% rule. An entry without any
+ * address is a bad line.
+ */
+function serverList(
+  what: string,
+  servers: (doc: any, ctx: ImportContext) => unknown[],
+  addresses: (server: any) => unknown[],
+  cut?: (text: string) => string,
+) {
+  return async (ctx: ImportContext): Promise<void> => {
+    const value = flagValue(ctx);
+    servers(await readJson(ctx, cut), ctx).forEach((server, i) => addJsonEntry(ctx, i, addresses(server), value, what));
+  };
+}
+
+/** `doc.key` when it is an array, else the importer's error saying what the document lacks. */
+function arrayAt(ctx: ImportContext, doc: any, key: string): unknown[] {
+  const list = doc?.[key];
+  if (!Array.isArray(list)) unreadable(ctx, `has no "${key}" array`);
+  return list;
+}
+
+// Mullvad: app/v1/relays groups relays by protocol; www/relays/all is one array.
+const mullvadRelays = serverList(
+  'ipv4_addr_in or ipv6_addr_in',
+  (doc, ctx) => {
+    if (Array.isArray(doc)) return doc;
+    const groups = ['wireguard', 'openvpn', 'bridge'].filter((k) => Array.isArray(doc?.[k]?.relays));
+    if (groups.length === 0) unreadable(ctx, 'has no relays (neither an array nor wireguard/openvpn/bridge.relays)');
+    return groups.flatMap((k) => doc[k].relays);
+  },
+  (relay) => [relay?.ipv4_addr_in, relay?.ipv6_addr_in],
+);
+
+const nordvpnServers = serverList(
+  'station or ipv6_station',
+  (doc, ctx) => (Array.isArray(doc) ? doc : unreadable(ctx, 'is not a JSON array of servers')),
+  (server) => [server?.station, server?.ipv6_station],
+);
+
+// ExitIP is the address sites see; EntryIP the one clients connect to. Both are Proton's servers.
+const protonvpnLogicals = serverList(
+  'ExitIP or EntryIP',
+  (doc, ctx) => arrayAt(ctx, doc, 'LogicalServers').flatMap((logical: any) => (Array.isArray(logical?.Servers) ? logical.Servers : [])),
+  (server) => [server?.ExitIP, server?.EntryIP],
+);
+
+// servers/v6 is served as the JSON document, a blank line and a base64 signature of it.
+const piaServers = serverList(
+  'ip',
+  (doc, ctx) =>
+    arrayAt(ctx, doc, 'regions').flatMap((region: any) =>
+      Object.values(region?.servers ?? {}).flatMap((list) => (Array.isArray(list) ? list : [])),
+    ),
+  (server) => [server?.ip],
+  (text) => text.slice(0, text.lastIndexOf('}') + 1),
+);
+
+const ivpnServers = serverList(
+  'host',
+  (doc, ctx) => {
+    const locations = ['wireguard', 'openvpn'].filter((k) => Array.isArray(doc?.[k]));
+    if (locations.length === 0) unreadable(ctx, 'has no "wireguard" or "openvpn" array');
+    return locations.flatMap((k) => doc[k]).flatMap((location: any) => (Array.isArray(location?.hosts) ? location.hosts : []));
+  },
+  (host) => [host?.host, host?.ipv6?.host],
+);
+
+const AIRVPN_FIELDS = [1, 2, 3, 4].flatMap((n) => [`ip_v4_in${n}`, `ip_v6_in${n}`]);
+const airvpnStatus = serverList(
+  'ip_v4_in1..4 or ip_v6_in1..4',
+  (doc, ctx) => arrayAt(ctx, doc, 'servers'),
+  (server) => AIRVPN_FIELDS.map((field) => server?.[field]),
+);
+
+const windscribeServerlist = serverList(
+  'ip, ip2 or ip3',
+  (doc, ctx) =>
+    arrayAt(ctx, doc, 'data').flatMap((location: any) =>
+      (Array.isArray(location?.groups) ? location.groups : []).flatMap((group: any) => (Array.isArray(group?.nodes) ? group.nodes : [])),
+    ),
+  (node) => [node?.ip, node?.ip2, node?.ip3],
+);
+
+const HOST_NAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$/i;
+
+/**
+ * Surfshark's clusters name host names (connectionName), not addresses: each
+ * is a record, resolved by DNS here (dns.ts). Names that do not resolve
+ * (DNS unreachable, or unknown) are left out with a warning; that does not
+ * fail the build.
+ */
+async function surfsharkClusters(ctx: ImportContext): Promise<void> {
+  const value = flagValue(ctx);
+  const doc = await readJson(ctx);
+  if (!Array.isArray(doc)) unreadable(ctx, 'is not a JSON array of clusters');
+  const names: string[] = [];
+  doc.forEach((cluster: any, i) => {
+    const name = cluster?.connectionName;
+    if (typeof name === 'string' && HOST_NAME.test(name)) {
+      names.push(name.toLowerCase());
+      ctx.tally.records++;
+    } else {
+      ctx.tally.badLine(i + 1, JSON.stringify(name ?? null), 'cluster without a host name (connectionName)');
+    }
+  });
+  if (!ctx.resolveNames) return;
+  const resolution = await resolveHosts([...new Set(names)], ctx.source.dns_servers);
+  for (const addresses of resolution.addresses.values()) {
+    for (const address of addresses) addText(ctx, address, value);
+  }
+  ctx.tally.unresolved = resolution.unresolved.length;
+  if (resolution.unresolved.length > 0) {
+    ctx.warn(
+      `source ${ctx.source.name}: ${resolution.unresolved.length} of ${resolution.unresolved.length + resolution.addresses.size} host names ` +
+        `not resolved (${resolution.unreachable === null ? `unknown to DNS, e.g. ${resolution.unresolved[0]}` : `DNS unreachable: ${resolution.unreachable}`}); ` +
+        'their servers are left out of this snapshot',
+    );
+  }
+}
+
 async function asnList(ctx: ImportContext): Promise<void> {
   await eachLine(ctx, (line, number) => {
     const text = withoutComment(line);
     if (text === '') return;
-    const match = /^(?:AS)?([0-9]{1,10})$/i.exec(text);
+    // `AS123`, `123`, or a CSV row (`123,"Name, CC"`) whose first field is the ASN
+    const field = text.includes(',') ? csvFields(text)[0]!.trim() : text;
+    const match = /^(?:AS)?([0-9]{1,10})$/i.exec(field);
+    if (match === null && number === 1) return; // a CSV header ("ASN,Entity")
     const asn = match ? Number(match[1]) : NaN;
     if (!(asn >= 0 && asn <= 0xffffffff)) {
       ctx.tally.badLine(number, line, 'expected AS<number>');
       return;
     }
-    ctx.records.flagAsn(asn, ctx.source.kind);
+    if (asn === 0) {
+      ctx.tally.badLine(number, line, 'AS0 is reserved (RFC 7607): no network announces it');
+      return;
+    }
+    ctx.records.flagAsn(asn, ctx.source.kind, ctx.index, ctx.source.trust ?? 1);
     ctx.tally.records++;
   });
 }
@@ -322,6 +472,14 @@ export const IMPORTERS: Record<Format, (ctx: ImportContext) => Promise<void>> = 
   ]),
   'google-json': prefixListJson([['prefixes', ['ipv4Prefix', 'ipv6Prefix']]]),
   'asn-list': asnList,
+  'mullvad-relays': mullvadRelays,
+  'nordvpn-servers': nordvpnServers,
+  'protonvpn-logicals': protonvpnLogicals,
+  'pia-servers': piaServers,
+  'ivpn-servers': ivpnServers,
+  'airvpn-status': airvpnStatus,
+  'windscribe-serverlist': windscribeServerlist,
+  'surfshark-clusters': surfsharkClusters,
   'asn-csv': asnCsv,
   mmdb,
 };

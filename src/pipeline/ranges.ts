@@ -70,6 +70,7 @@ class Batch {
   readonly starts: Uint8Array;
   readonly ends: Uint8Array;
   readonly values = new Uint32Array(BATCH);
+  readonly sources = new Uint16Array(BATCH);
   count = 0;
   constructor(readonly width: number) {
     this.starts = new Uint8Array(BATCH * width);
@@ -77,9 +78,17 @@ class Batch {
   }
 }
 
-export class RangeSink {
+/** Where importers put what they read: the native writer's tables (RangeSink), or weak listings (trust.ts). */
+export interface TableSink {
+  addPrefix(table: number, family: Family, bytes: Uint8Array, len: number, value: number): void;
+  addRange(table: number, family: Family, first: Uint8Array, last: Uint8Array, value: number): void;
+}
+
+export class RangeSink implements TableSink {
   readonly #writer: Pick<NativeSnapshotWriter, 'add'>;
   readonly #batches = new Map<number, Batch>();
+  /** The source (its index in the configuration) the ranges added now come from: their evidence. */
+  source = 0;
 
   constructor(writer: Pick<NativeSnapshotWriter, 'add'>) {
     this.#writer = writer;
@@ -124,13 +133,14 @@ export class RangeSink {
   }
 
   #push(table: number, family: Family, batch: Batch, value: number): void {
+    batch.sources[batch.count] = this.source;
     batch.values[batch.count++] = value;
     if (batch.count === BATCH) this.#send(table, family, batch);
   }
 
   #send(table: number, family: Family, batch: Batch): void {
     if (batch.count === 0) return;
-    this.#writer.add(table, family, batch.starts, batch.ends, batch.values, batch.count);
+    this.#writer.add(table, family, batch.starts, batch.ends, batch.values, batch.sources, batch.count);
     batch.count = 0;
   }
 }

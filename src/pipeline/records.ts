@@ -4,15 +4,17 @@
  * without re-encoding.
  *
  * Company of an address, in order (documented in the README):
- *  1. the `company` of a flag source listing it (cloud provider ranges);
+ *  1. the `company` of a flag source listing it (cloud provider ranges, a
+ *     VPN provider's own server list);
  *  2. else the operator of its ASN: named after the ASN's organisation, typed
  *     `vpn` when an asn-list source of kind vpn names the ASN, `hosting` when
  *     one of kind hosting does, else by the organisation's name (see
  *     companyTypeFromName).
  */
 import { NO_RECORD, RecordKind, type NativeSnapshotWriter } from '../native.js';
-import { FLAG_BIT, FLAG_TABLES, type Company, type CompanyType, type Flag, type Location } from '../result.js';
-import type { Kind } from './sources.js';
+import { FLAG_BIT, TABLE_ID, type Company, type CompanyType, type Location } from '../result.js';
+import { isFlagKind, type FlagKind, type Kind } from './sources.js';
+import { believed, type NetworkScale } from './trust.js';
 
 /** JSON with every non-ASCII character escaped, as the snapshot stores records. */
 export function asciiJson(value: unknown): string {
@@ -86,14 +88,24 @@ function textOrNull(value: unknown): string | null {
   return typeof value === 'string' && value.trim() !== '' ? value.trim() : null;
 }
 
+/** The asn-list sources naming one ASN for one kind, and their trust added up. */
+interface AsnListing {
+  trust: number;
+  sources: number[];
+}
+
 export class Records {
   readonly companies = new RecordSet();
   readonly asns = new RecordSet();
   readonly locations = new RecordSet();
+  /** The name of each source of the build, by its index in the configuration (evidence names them). */
+  readonly sources = new RecordSet();
   readonly #asnNumbers: number[] = [];
   readonly #asnNames: (string | null)[] = [];
-  /** ASN number -> flag bits, from asn-list sources. */
-  readonly #flagsByAsnNumber = new Map<number, number>();
+  /** ASN number -> kind -> the asn-list sources naming it. */
+  readonly #asnListings = new Map<number, Map<FlagKind, AsnListing>>();
+  /** ASN number -> flag bits and the sources behind them, once resolveAsnFlags ran. */
+  #asnFlags = new Map<number, { flags: number; evidence: [number, number][] }>();
 
   company(company: { name: string; type: CompanyType; domain?: string | null }): number {
     const record: Company = { name: company.name, type: company.type, domain: company.domain ?? null };
@@ -132,23 +144,67 @@ export class Records {
     return this.locations.id(asciiJson(record));
   }
 
-  /** Remembers that every prefix of `asnNumber` gets the flag of `kind`. */
-  flagAsn(asnNumber: number, kind: Kind): void {
-    this.#flagsByAsnNumber.set(asnNumber, (this.#flagsByAsnNumber.get(asnNumber) ?? 0) | (FLAG_TABLES.includes(kind as Flag) ? FLAG_BIT[kind as Flag] : 0));
+  /** The ASN number of an ASN record. */
+  asnNumber(id: number): number {
+    return this.#asnNumbers[id]!;
+  }
+
+  /** Source `source` (an index in the configuration), of trust `trust`, says every prefix of `asnNumber` gets the flag of `kind`. */
+  flagAsn(asnNumber: number, kind: Kind, source: number, trust: number): void {
+    if (!isFlagKind(kind)) return;
+    let byKind = this.#asnListings.get(asnNumber);
+    if (byKind === undefined) this.#asnListings.set(asnNumber, (byKind = new Map()));
+    const listing = byKind.get(kind);
+    if (listing === undefined) byKind.set(kind, { trust, sources: [source] });
+    else if (!listing.sources.includes(source)) {
+      listing.trust += trust;
+      listing.sources.push(source);
+    }
+  }
+
+  /**
+   * Decides which listed ASNs get their flag (trust.ts): those whose sources'
+   * trust adds up to 1, and the others that are not large networks.
+   * Returns, per source, how many of the ASNs it named were left out.
+   */
+  resolveAsnFlags(scale: NetworkScale): Map<number, number> {
+    const leftOut = new Map<number, number>();
+    this.#asnFlags = new Map();
+    for (const [number, byKind] of this.#asnListings) {
+      let flags = 0;
+      const evidence: [number, number][] = [];
+      for (const [kind, listing] of byKind) {
+        if (believed(listing.trust) || !scale.isLarge(number)) {
+          flags |= FLAG_BIT[kind];
+          for (const source of listing.sources) evidence.push([TABLE_ID[kind], source]);
+        } else {
+          for (const source of listing.sources) leftOut.set(source, (leftOut.get(source) ?? 0) + 1);
+        }
+      }
+      if (flags !== 0) this.#asnFlags.set(number, { flags, evidence });
+    }
+    return leftOut;
   }
 
   /** How many ASN records the asn-list sources flagged (for the build summary). */
   flaggedAsnRecords(): number {
-    return this.#asnNumbers.filter((n) => this.#flagsByAsnNumber.has(n)).length;
+    return this.#asnNumbers.filter((n) => this.#asnFlags.has(n)).length;
   }
 
-  /** Hands every record table and the per-ASN flags and companies to the writer. */
+  /** Hands every record table, the per-ASN flags and companies, and the ASN evidence to the writer (after resolveAsnFlags). */
   toNative(writer: NativeSnapshotWriter): void {
     const flags = new Uint8Array(this.#asnNumbers.length);
     const companies = new Uint32Array(this.#asnNumbers.length);
+    const evidence: { records: number[]; sources: number[]; tables: number[] } = { records: [], sources: [], tables: [] };
     this.#asnNumbers.forEach((number, id) => {
-      const asnFlags = this.#flagsByAsnNumber.get(number) ?? 0;
+      const flagged = this.#asnFlags.get(number);
+      const asnFlags = flagged?.flags ?? 0;
       flags[id] = asnFlags;
+      for (const [table, source] of flagged?.evidence ?? []) {
+        evidence.records.push(id);
+        evidence.sources.push(source);
+        evidence.tables.push(table);
+      }
       const name = this.#asnNames[id];
       if (name === null || name === undefined) {
         companies[id] = NO_RECORD;
@@ -159,8 +215,10 @@ export class Records {
       companies[id] = this.company({ name, type, domain: null });
     });
     writer.setAsnAttributes(flags, companies);
+    writer.setAsnEvidence(Uint32Array.from(evidence.records), Uint16Array.from(evidence.sources), Uint8Array.from(evidence.tables));
     this.companies.toNative(writer, RecordKind.Company);
     this.asns.toNative(writer, RecordKind.Asn);
     this.locations.toNative(writer, RecordKind.Location);
+    this.sources.toNative(writer, RecordKind.Source);
   }
 }

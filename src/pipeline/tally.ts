@@ -17,6 +17,8 @@ export const MAX_BAD_RATIO = 0.01;
 export class Tally {
   records = 0;
   bad = 0;
+  /** Host names that did not resolve (surfshark-clusters): records whose addresses are left out. */
+  unresolved = 0;
   readonly samples: BadLine[] = [];
 
   constructor(

@@ -79,6 +79,8 @@ class ApiExchange extends Exchange implements BodyReader {
   /** A keyed route's handler and the key's grant, for the body. */
   handler: KeyedHandler | null = null;
   grant: KeyGrant | null = null;
+  /** `?explain=1`: the answer adds the evidence behind its flags (docs/API.md "Evidence"). */
+  explain = false;
 
   constructor(api: Api, res: HttpResponse, route: number, head: boolean) {
     // The API answers from a route's top or its body callback only: corked by uWS.
@@ -225,6 +227,7 @@ class Api {
       try {
         const authorization = req.getHeader('authorization');
         const body = { contentType: req.getHeader('content-type'), contentLength: req.getHeader('content-length') };
+        ex.explain = req.getQuery('explain') === '1';
         const now = this.ctx.clock.now();
         const grant = this.#authenticate(authorization, ex);
         if (typeof grant === 'number') {
@@ -246,14 +249,17 @@ class Api {
     };
   }
 
-  /** POST /v1/check: one address. The usual body is answered in the one native call; any other is read here. */
+  /**
+   * POST /v1/check: one address. The usual body is answered in the one
+   * native call; any other is read here, as is every explained one.
+   */
   check: KeyedHandler = (ex, bytes) => {
-    const answer = this.ctx.snapshot.lookupBodyBytes(bytes);
+    const answer = ex.explain ? null : this.ctx.snapshot.lookupBodyBytes(bytes);
     if (answer !== null) return ex.send(200, answer);
     const body = parseJsonObject(bytes);
     const ip = body.ip;
     if (ip === undefined || ip === null) return ex.sendError('missing_ip');
-    const result = this.ctx.snapshot.lookupJsonBytes(ip);
+    const result = ex.explain ? this.ctx.snapshot.explainJson(ip) : this.ctx.snapshot.lookupJsonBytes(ip);
     if (result === null) return ex.sendError('invalid_ip', { ip: inputAsText(ip) });
     ex.send(200, result);
   };

@@ -85,8 +85,12 @@ export function openapiDocument(plans: Map<string, Plan>): object {
         `Risk score: the sum of the points of the flags (${FLAG_TABLES.map((flag) => `${flag} ${risk.points[`is_${flag}`]}`).join(', ')} by default), ` +
         `capped at ${risk.cap}; recommendation \`block\` from ${risk.block_from}, \`verify\` from ${risk.verify_from}, else \`allow\` ` +
         '(operators can change both).\n\n' +
-        'Data: X4BNet lists_vpn (MIT), Tor exit lists, iCloud Private Relay egress ranges, monosans/proxy-list (MIT), lord-alfred/ipranges (CC0), ' +
-        '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0).',
+        'Data: X4BNet lists_vpn (MIT), Tor exit lists and Onionoo (CC0), iCloud Private Relay egress ranges, the VPN providers\' own server lists ' +
+        '(NordVPN, Proton VPN, Mullvad, PIA, Surfshark, Windscribe, AirVPN, IVPN, OVPN, RiseupVPN; Joe12387/open-source-vpn-ip-lists, CC0), ' +
+        'monosans/proxy-list (MIT), elliottophellia/proxylist (WTFPL), fyvri/fresh-proxy-list (MIT), O-X-L/risk-db-lists (BSD-3-Clause), ' +
+        'brianhama/bad-asn-list (MIT), Umkus/ip-index (GPL-3.0), lord-alfred/ipranges (CC0), ' +
+        '@ip-location-db/asn (CC BY 4.0: RouteViews, NRO, DB-IP), [IP Geolocation by DB-IP](https://db-ip.com) (CC BY 4.0). ' +
+        '`ipr info` lists the sources of the snapshot being served, with their licenses.',
     },
     servers: [{ url: '/v1', description: 'This server; the version is the path prefix.' }],
     components: {
@@ -152,6 +156,15 @@ export function openapiDocument(plans: Map<string, Plan>): object {
           operationId: 'checkIp',
           summary: 'Check one IP address',
           security: checkSecurity,
+          parameters: [
+            {
+              name: 'explain',
+              in: 'query',
+              required: false,
+              schema: { type: 'string', enum: ['1'] },
+              description: '`1`: the answer adds `evidence`, which sources list the address (why it is flagged).',
+            },
+          ],
           requestBody: { required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/CheckRequest' } } } },
           responses: {
             '200': {

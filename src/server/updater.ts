@@ -46,14 +46,6 @@ const CLI = fileURLToPath(new URL('../cli/main.js', import.meta.url));
 const UPDATE_PRIORITY = 10;
 const KILL_AFTER_MS = 10_000;
 
-/** "1h", "15m", "90s", "1d" or a number of seconds, in milliseconds; null when not a duration. */
-export function parseDuration(text: string): number | null {
-  const match = /^([0-9]+(?:\.[0-9]+)?)(s|m|h|d)?$/.exec(text.trim());
-  if (match === null) return null;
-  const ms = Number(match[1]) * { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(match[2] ?? 's') as 's']!;
-  return ms >= 1000 ? ms : null;
-}
-
 /** The report line `ipr update --json` prints. */
 interface Report {
   result: 'published' | 'unchanged' | 'held';
