@@ -115,8 +115,12 @@ function loadStatic(): Map<string, StaticFile> {
   return files;
 }
 
-/** Pages, and whether they need a session (without one: to the sign-in page; with one, the others go to the keys page). */
-const PAGES: Record<string, boolean> = { keys: true, usage: true, account: true, 'sign-in': false, 'sign-up': false };
+/**
+ * Pages, and whether they need a session (without one: to the sign-in page;
+ * with one, the others go to the keys page). A Map: a plain object would
+ * find "__proto__" and "constructor" too.
+ */
+const PAGES = new Map<string, boolean>([['keys', true], ['usage', true], ['account', true], ['sign-in', false], ['sign-up', false]]);
 
 /** What a handler needs of a request, read in the synchronous top (the HttpRequest dies after it). */
 interface Incoming {
@@ -405,7 +409,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     const ex = exchange(res, req);
     const r = incoming(res, req, 1);
     const page = r.params[0]!;
-    const needsSession = PAGES[page];
+    const needsSession = PAGES.get(page);
     if (needsSession === undefined || (page === 'sign-up' && !ctx.signup)) return sendNotFoundPage(ex, r);
     const signedIn = sessions.current(r.sessionId) !== null;
     if (needsSession && !signedIn) return redirect(ex, r, '/dashboard/sign-in', r.sessionId !== null);
