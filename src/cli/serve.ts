@@ -8,6 +8,7 @@ import { IprError } from '../errors.js';
 import { buildSnapshot } from '../pipeline/build.js';
 import { publishedName } from '../pipeline/publish.js';
 import { loadPlans } from '../plans.js';
+import { refuseShared } from '../private-files.js';
 import { openapiDocument } from '../server/openapi.js';
 import { serve, type RunningServer } from '../server/serve.js';
 import { parseDuration } from '../server/updater.js';
@@ -55,8 +56,10 @@ const serveOptions = {
 function adminToken(file: string | undefined): string | null {
   if (file === undefined) return process.env.IPR_ADMIN_TOKEN || null;
   try {
+    refuseShared(file, '--admin-token-file');
     return readFileSync(file, 'utf8').trim();
   } catch (error) {
+    if (error instanceof IprError) throw error;
     throw new IprError('invalid_argument', `--admin-token-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
   }
 }

@@ -13,6 +13,7 @@ import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from '../store/accounts.js';
+import { privateFile } from '../private-files.js';
 import type { AdminServer, OperationsMetrics } from './admin.js';
 import { parseClockText, SharedClock, systemClock, type Clock } from '../clock.js';
 import { createLimitState, Limits } from './limits.js';
@@ -131,7 +132,9 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       log.info({ event: 'snapshot', path: info.path, built_at: info.built_at }, 'serving a newly published snapshot');
     },
   });
-  const store = new AccountStore(options.dataDir);
+  const fileModes = (message: string) => log.warn({ event: 'file_mode' }, message);
+  const store = new AccountStore(options.dataDir, fileModes);
+  if (options.accessLog !== undefined) privateFile(options.accessLog, fileModes);
   const plans = loadPlans();
   const openapi = JSON.stringify(openapiDocument(plans));
 

@@ -19,12 +19,12 @@
  * answering the API never waits for a dashboard's disk sync.
  */
 import { createHash, randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
 import { canonicalAddress } from '../snapshot.js';
+import { PRIVATE_FILE_MODE, privateDir, privateFilesIn, tightenedToStderr, type OnTightened } from '../private-files.js';
 
 const scrypt = promisify(scryptCallback) as (password: string, salt: Buffer, length: number, options: object) => Promise<Buffer>;
 
@@ -133,10 +133,17 @@ export class AccountStore {
   readonly #sessions: Database<Session, string>;
   readonly #attempts: Database<AttemptCount, string>;
 
-  constructor(dataDir: string) {
+  /**
+   * Opens (or makes) the store of `dataDir`. It holds password hashes and
+   * customer data: its folder is made 0700 and its files 0600, and looser
+   * ones left by an older version are tightened, each reported to `onTightened`.
+   */
+  constructor(dataDir: string, onTightened: OnTightened = tightenedToStderr) {
     const dir = path.join(dataDir, 'accounts');
-    mkdirSync(dir, { recursive: true });
-    this.#root = open({ path: dir, maxDbs: 16 });
+    privateDir(dir, onTightened);
+    // permissionsMode: lmdb-js creates data.mdb and lock.mdb with it (its default is 0664).
+    this.#root = open({ path: dir, maxDbs: 16, permissionsMode: PRIVATE_FILE_MODE } as Parameters<typeof open>[0]);
+    privateFilesIn(dir, onTightened);
     this.#accounts = this.#root.openDB({ name: 'accounts' });
     this.#keys = this.#root.openDB({ name: 'keys' });
     this.#keyIds = this.#root.openDB({ name: 'keyIds' });
