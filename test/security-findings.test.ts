@@ -6,7 +6,8 @@ import { chmodSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node
 import path from 'node:path';
 import t from 'tap';
 import { cli, testDir } from './helpers.js';
-import { check, dataDirWithFullSnapshot, PASSWORD, request, startServer } from './server.js';
+import { open } from 'lmdb';
+import { accountStore, check, dash, dataDirWithFullSnapshot, PASSWORD, request, signIn, startServer } from './server.js';
 
 /** Runs `ipr` with `input` on stdin. */
 function ipr(input: string | null, ...args: string[]) {
@@ -69,5 +70,67 @@ t.test('finding 11: /dashboard/__proto__ and /dashboard/constructor are unknown 
   for (const page of ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf']) {
     const r = await request(server.port, `/dashboard/${page}`, { method: 'GET' });
     t.same([r.status, r.headers['content-type'], r.headers.location], [404, 'text/html; charset=utf-8', undefined], `/dashboard/${page}: 404, as any unknown path`);
+  }
+});
+
+t.test('finding 5: look-alike and control-character emails are refused or are the same mailbox', async (t) => {
+  const server = await startServer(t, { workers: 1, args: ['--signup'] });
+  const signUp = (email: string) => dash(server.port, 'POST', 'sign-up', null, { email, password: PASSWORD });
+  t.ok([201, 202].includes((await signUp('a@example.com')).status), 'the first account');
+  for (const [what, email] of [
+    ['a zero-width space', 'a\u200b@example.com'],
+    ['a Cyrillic a in the local part', '\u0430@example.com'],
+    ['a NUL', 'a\u0000@example.com'],
+    ['an ANSI escape', '\u001b[31ma@example.com'],
+    ['a right-to-left override', 'a@example.com\u202e'],
+    ['a soft hyphen', 'a@exam\u00adple.com'],
+  ]) {
+    const r = await signUp(email!);
+    t.same([r.status, r.json.error], [400, 'invalid_request'], `${what}: refused`);
+  }
+  // One mailbox, one account: forms of the same address that NFKC and case folding make equal.
+  for (const email of ['A@EXAMPLE.COM', '\uff41@example.com', 'a@\uff45xample.com', ' a@example.com ']) await signUp(email);
+  // A domain in NFC and in NFD is one domain (stored as its ASCII, punycode form); a Cyrillic one is another, and shows as such.
+  await signUp('b@ex\u00e9mple.com');
+  await signUp('b@exe\u0301mple.com');
+  await signUp('b@ex\u0430mple.com');
+  const list = ipr(null, 'accounts', 'list', '--data', server.dataDir);
+  t.equal(list.code, 0);
+  t.same(
+    list.stdout.trim().split('\n').slice(1).map((line) => line.split(/\s+/)[0]),
+    ['a@example.com', 'b@xn--exmple-4nf.com', 'b@xn--exmple-cva.com'],
+    'three accounts: every look-alike refused or folded, the Cyrillic domain visibly apart',
+  );
+});
+
+t.test('finding 6: names and emails cannot rewrite the operator\'s terminal', async (t) => {
+  const server = await startServer(t, { workers: 1 });
+  const store = accountStore(t, server.dataDir);
+  await store.createAccount('ann@example.com', PASSWORD, 'pro');
+  const s = await signIn(server.port, 'ann@example.com');
+  for (const [what, name] of [
+    ['an OSC title sequence', '\u001b]0;pwned\u0007prod'],
+    ['a cursor movement', 'prod\u001b[2A\u001b[2K'],
+    ['a right-to-left override', 'dorp\u202e'],
+    ['a C1 control', 'prod\u009b31m'],
+    ['a zero-width joiner', 'pr\u200dod'],
+  ]) {
+    const r = await dash(server.port, 'POST', 'keys', s, { name });
+    t.same([r.status, r.json], [400, { error: 'invalid_request', message: 'a key name cannot hold control or format characters', details: {} }], `${what}: refused`);
+  }
+  t.same(store.listKeys('ann@example.com'), [], 'no key made');
+  t.equal(ipr(null, 'keys', 'create', '--data', server.dataDir, '--account', 'ann@example.com', '--name', 'x\u001b[2Jy').code, 1, 'nor by the CLI');
+
+  // A store written before the fix may hold such names: every command prints them escaped.
+  const { record } = store.createKey('ann@example.com', 'old');
+  const raw = open({ path: path.join(server.dataDir, 'accounts'), maxDbs: 16 });
+  t.teardown(() => raw.close());
+  const keys = raw.openDB({ name: 'keys' });
+  await keys.put(record.hash, { ...record, name: 'old\u001b]0;pwned\u0007\u001b[2K\u202e' });
+  for (const args of [['keys', 'list', '--account', 'ann@example.com'], ['accounts', 'list'], ['keys', 'revoke', '--account', 'ann@example.com', '--prefix', record.prefix]]) {
+    const out = ipr(null, ...args, '--data', server.dataDir);
+    t.equal(out.code, 0, args.join(' '));
+    t.notMatch(out.stdout + out.stderr, /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2066-\u2069]/u, `${args.slice(0, 2).join(' ')}: nothing a terminal acts on`);
+    if (args[0] === 'keys') t.match(out.stdout, 'old\\x1b]0;pwned\\x07\\x1b[2K\\u202e', 'the name, escaped');
   }
 });

@@ -1,6 +1,8 @@
 /**
- * The customer commands: accounts (create, set-plan, suspend, reactivate)
- * and keys (create, list, revoke, allow), on the data folder's account store.
+ * The customer commands: accounts (create, list, set-plan, suspend,
+ * reactivate) and keys (create, list, revoke, allow), on the data folder's
+ * account store. Customers' text (emails, key names) reaches the terminal
+ * only through terminalSafe (text.ts), in lines as in tables.
  */
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline/promises';
@@ -8,6 +10,7 @@ import { loadPlans } from '../plans.js';
 import { AccountStore, dayOf } from '../store/accounts.js';
 import { dataDirOf, integerOption, listOption, options, UsageError, type Command } from './args.js';
 import { table } from './output.js';
+import { terminalSafe } from '../text.js';
 
 async function readPassword(): Promise<string> {
   if (process.stdin.isTTY) {
@@ -36,9 +39,21 @@ async function withStore<T>(dataDir: string, action: (store: AccountStore) => Pr
   }
 }
 
+/** When an ISO time was, as the tables show it (UTC, to the second). */
+function shownTime(iso: string): string {
+  return iso.slice(0, 19).replace('T', ' ');
+}
+
 async function accounts(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
+  if (action === 'list') {
+    const rows = await withStore(dataDirOf(values), (store) =>
+      store.listAccounts().map((a) => [a.email, a.plan, a.status, shownTime(a.created), store.listKeys(a.email).filter((k) => k.revoked === null).length]),
+    );
+    process.stdout.write(`${table([['email', 'plan', 'status', 'created (UTC)', 'active keys'], ...rows], 4)}\n`);
+    return 0;
+  }
   const email = values.email;
   if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
   if (!['create', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
@@ -46,14 +61,14 @@ async function accounts(args: string[]): Promise<number> {
   const line = await withStore(dataDirOf(values), async (store) => {
     if (action === 'create') {
       const account = await store.createAccount(email, await readPassword(), plan);
-      return `created account ${account.email} (plan ${account.plan})`;
+      return `created account ${terminalSafe(account.email)} (plan ${account.plan})`;
     }
     if (action === 'set-plan') {
       const account = store.setPlan(email, plan);
-      return `${account.email}: plan ${account.plan}`;
+      return `${terminalSafe(account.email)}: plan ${account.plan}`;
     }
     const account = store.setStatus(email, action === 'suspend' ? 'suspended' : 'active');
-    return `${account.email}: ${account.status}`;
+    return `${terminalSafe(account.email)}: ${account.status}`;
   });
   process.stdout.write(`${line}\n`);
   return 0;
@@ -80,7 +95,7 @@ async function keys(args: string[]): Promise<number> {
         const out: string[] = [];
         for (let i = 0; i < count; i++) {
           const { key, record } = store.createKey(email, count === 1 ? name : `${name} ${i + 1}`, listOption(values.allow));
-          process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`);
+          process.stderr.write(`created key ${record.prefix} "${terminalSafe(record.name)}" for ${terminalSafe(record.account)}${i === 0 ? '; it is shown once, now:' : ''}\n`);
           out.push(key);
         }
         return out;
@@ -94,8 +109,8 @@ async function keys(args: string[]): Promise<number> {
         store.listKeys(email).map((k) => [
           k.prefix,
           k.name,
-          k.created.slice(0, 19).replace('T', ' '),
-          k.lastUsed ? k.lastUsed.slice(0, 19).replace('T', ' ') : 'never',
+          shownTime(k.created),
+          k.lastUsed ? shownTime(k.lastUsed) : 'never',
           k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
           store.usage(k.id, today),
           k.allowed.join(',') || 'anywhere',
@@ -108,7 +123,7 @@ async function keys(args: string[]): Promise<number> {
       const prefix = values.prefix;
       if (!prefix) throw new UsageError('keys revoke needs --prefix P');
       const record = await withStore(dataDirOf(values), (store) => store.revokeKey(email, prefix));
-      process.stdout.write(`revoked key ${record.prefix} "${record.name}"\n`);
+      process.stdout.write(`revoked key ${record.prefix} "${terminalSafe(record.name)}"\n`);
       return 0;
     }
     case 'allow': {
@@ -127,6 +142,7 @@ export const customerCommands: Command[] = [
   {
     name: 'accounts',
     usage: `accounts create --email E --plan P        (the password is read from stdin)
+  accounts list
   accounts set-plan --email E --plan P
   accounts suspend --email E
   accounts reactivate --email E`,

@@ -17,7 +17,8 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { IprError } from '../errors.js';
-import { MIN_PASSWORD_LENGTH, normaliseEmail, type Account, type AccountStore, type Session } from '../store/accounts.js';
+import { MIN_PASSWORD_LENGTH, type Account, type AccountStore, type Session } from '../store/accounts.js';
+import { normaliseEmail } from '../store/emails.js';
 import type { Clock } from '../clock.js';
 
 export const SESSION_COOKIE = 'ipr_session';

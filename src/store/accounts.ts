@@ -24,6 +24,8 @@ import { promisify } from 'node:util';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
 import { canonicalAddress } from '../snapshot.js';
+import { hasControlOrFormat } from '../text.js';
+import { normaliseEmail } from './emails.js';
 import { PRIVATE_FILE_MODE, privateDir, privateFilesIn, tightenedToStderr, type OnTightened } from '../private-files.js';
 
 const scrypt = promisify(scryptCallback) as (password: string, salt: Buffer, length: number, options: object) => Promise<Buffer>;
@@ -84,12 +86,6 @@ export function dayOf(ms: number): string {
 /** SHA-256, hex: how keys and session ids are stored. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
-}
-
-export function normaliseEmail(email: string): string {
-  const e = email.trim().toLowerCase();
-  if (e.length > 254 || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(e)) throw new IprError('invalid_argument', `not an email address: ${JSON.stringify(email)}`);
-  return e;
 }
 
 /** Validates a list of addresses or CIDR prefixes; returns them canonical. */
@@ -169,8 +165,24 @@ export class AccountStore {
     this.#meta.putSync('version', this.version() + 1);
   }
 
+  /**
+   * The account of `email` in any form of it (emails.ts). An address the
+   * current rules refuse is looked up as it is: an account stored before
+   * them (named by a key or a session) is still found.
+   */
   account(email: string): Account | undefined {
-    return this.#accounts.get(normaliseEmail(email));
+    let key: string;
+    try {
+      key = normaliseEmail(email);
+    } catch {
+      key = email;
+    }
+    return this.#accounts.get(key);
+  }
+
+  /** Every account, by email. */
+  listAccounts(): Account[] {
+    return [...this.#accounts.getRange()].map(({ value }) => value);
   }
 
   #requireAccount(email: string): Account {
@@ -226,6 +238,8 @@ export class AccountStore {
   createKey(email: string, name: string, allowed: string[] = []): { key: string; record: KeyRecord } {
     const trimmed = name.trim();
     if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+    // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
+    if (hasControlOrFormat(trimmed)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
     const allowedList = normaliseAllowed(allowed);
     return this.#root.transactionSync(() => {
       const account = this.#requireAccount(email);
