@@ -134,3 +134,24 @@ t.test('finding 6: names and emails cannot rewrite the operator\'s terminal', as
     if (args[0] === 'keys') t.match(out.stdout, 'old\\x1b]0;pwned\\x07\\x1b[2K\\u202e', 'the name, escaped');
   }
 });
+
+t.test('finding 8: passwords are counted in code points; blank and very common ones are refused', async (t) => {
+  const server = await startServer(t, { workers: 1, args: ['--signup'] });
+  const data = path.join(testDir(t), 'cli');
+  for (const [what, password, message] of [
+    ['ten spaces', ' '.repeat(10), 'a password cannot be only spaces'],
+    ['tabs and spaces', '\t \t \t \t \t \u3000', 'a password cannot be only spaces'],
+    ['five emoji (ten UTF-16 units)', '\u{1F511}'.repeat(5), 'a password needs 10 to 1024 characters'],
+    ['a common one', '1234567890', 'that password is one of the most common: choose another'],
+    ['a common one in capitals', 'QwertyUiop', 'that password is one of the most common: choose another'],
+    ['another', 'Password123', 'that password is one of the most common: choose another'],
+  ] as const) {
+    const r = await dash(server.port, 'POST', 'sign-up', null, { email: 'new@example.com', password });
+    t.same([r.status, r.json], [400, { error: 'invalid_request', message, details: {} }], `sign-up, ${what}: refused`);
+    const made = ipr(`${password}\n`, 'accounts', 'create', '--data', data, '--email', 'ops@example.com', '--plan', 'pro');
+    t.same([made.code, made.stderr], [1, `ipr: ${message}\n`], `ipr accounts create, ${what}: refused`);
+  }
+  t.equal(accountStore(t, server.dataDir).account('new@example.com'), undefined, 'no account made');
+  // Ten code points, whatever their UTF-16 length, and uncommon: taken.
+  t.equal(ipr('\u{1F511}\u{1F511}\u{1F511}\u{1F511}\u{1F511}ocean\n', 'accounts', 'create', '--data', data, '--email', 'ops@example.com', '--plan', 'pro').code, 0);
+});

@@ -17,8 +17,9 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { IprError } from '../errors.js';
-import { MIN_PASSWORD_LENGTH, type Account, type AccountStore, type Session } from '../store/accounts.js';
+import type { Account, AccountStore, Session } from '../store/accounts.js';
 import { normaliseEmail } from '../store/emails.js';
+import { checkNewPassword, MAX_PASSWORD_LENGTH } from '../store/passwords.js';
 import type { Clock } from '../clock.js';
 
 export const SESSION_COOKIE = 'ipr_session';
@@ -30,8 +31,6 @@ const TOUCH_EVERY_MS = 60_000;
 export const SIGN_IN_WINDOW_MS = 15 * 60_000;
 export const SIGN_IN_MAX_PER_ACCOUNT = 5;
 export const SIGN_IN_MAX_PER_ADDRESS = 30;
-/** scrypt of a longer text costs more and proves nothing. */
-const MAX_PASSWORD_LENGTH = 1024;
 
 const SESSION_ID = /^[A-Za-z0-9_-]{43}$/;
 
@@ -98,7 +97,7 @@ export class Sessions {
    * sign_in_failed, account_suspended.
    */
   async signIn(email: unknown, password: unknown, address: string, previous: string | null): Promise<SignIn> {
-    if (typeof email !== 'string' || typeof password !== 'string' || password.length > MAX_PASSWORD_LENGTH) throw new IprError('sign_in_failed');
+    if (typeof email !== 'string' || typeof password !== 'string' || [...password].length > MAX_PASSWORD_LENGTH) throw new IprError('sign_in_failed');
     let normal: string;
     try {
       normal = normaliseEmail(email);
@@ -123,9 +122,7 @@ export class Sessions {
    */
   async signUp(email: unknown, password: unknown, plan: string, address: string, previous: string | null): Promise<SignIn> {
     if (typeof email !== 'string' || typeof password !== 'string') throw new IprError('invalid_request', 'email and password are required');
-    if (password.length < MIN_PASSWORD_LENGTH || password.length > MAX_PASSWORD_LENGTH) {
-      throw new IprError('invalid_request', `a password needs ${MIN_PASSWORD_LENGTH} to ${MAX_PASSWORD_LENGTH} characters`);
-    }
+    checkNewPassword(password);
     let normal: string;
     try {
       normal = normaliseEmail(email);

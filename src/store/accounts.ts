@@ -6,7 +6,8 @@
  * Keys are `ipr_` and 43 URL-safe characters (32 random bytes); only their
  * SHA-256 digest is stored, and keys are found by digest, so a lookup's
  * timing says nothing about the key. The first 8 characters, the "prefix",
- * are unique and shown in lists. Passwords are stored as scrypt hashes.
+ * are unique and shown in lists. Passwords are stored as scrypt hashes
+ * (passwords.ts).
  *
  * Every change that can alter an authorisation decision (a key created or
  * revoked, an account suspended or moved to another plan, allowed addresses)
@@ -18,22 +19,18 @@
  * asynchronous (lmdb-js commits them off the calling thread): a worker
  * answering the API never waits for a dashboard's disk sync.
  */
-import { createHash, randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
 import { canonicalAddress } from '../snapshot.js';
 import { hasControlOrFormat } from '../text.js';
 import { normaliseEmail } from './emails.js';
+import { hashPassword, passwordMatches } from './passwords.js';
 import { PRIVATE_FILE_MODE, privateDir, privateFilesIn, tightenedToStderr, type OnTightened } from '../private-files.js';
-
-const scrypt = promisify(scryptCallback) as (password: string, salt: Buffer, length: number, options: object) => Promise<Buffer>;
 
 export const KEY_TAG = 'ipr_';
 export const PREFIX_LENGTH = 8;
-export const MIN_PASSWORD_LENGTH = 10;
-const SCRYPT = { N: 16384, r: 8, p: 1, length: 32 };
 
 export type AccountStatus = 'active' | 'suspended';
 
@@ -98,23 +95,6 @@ export function normaliseAllowed(list: string[]): string[] {
     if (!ok) throw new IprError('invalid_argument', `not an address or CIDR prefix: ${JSON.stringify(entry)}`);
     return len === undefined ? canonical : `${canonical}/${Number(len)}`;
   });
-}
-
-async function hashPassword(password: string): Promise<string> {
-  if (password.length < MIN_PASSWORD_LENGTH) {
-    throw new IprError('invalid_argument', `a password needs at least ${MIN_PASSWORD_LENGTH} characters`);
-  }
-  const salt = randomBytes(16);
-  const hash = await scrypt(password, salt, SCRYPT.length, { N: SCRYPT.N, r: SCRYPT.r, p: SCRYPT.p });
-  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${hash.toString('base64')}`;
-}
-
-async function passwordMatches(password: string, stored: string): Promise<boolean> {
-  const [scheme, N, r, p, salt, hash] = stored.split('$');
-  if (scheme !== 'scrypt' || !salt || !hash) return false;
-  const expected = Buffer.from(hash, 'base64');
-  const actual = await scrypt(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(N), r: Number(r), p: Number(p) });
-  return timingSafeEqual(actual, expected);
 }
 
 export class AccountStore {
@@ -212,8 +192,7 @@ export class AccountStore {
     } catch {
       account = undefined;
     }
-    // Without an account, hash anyway so the answer takes as long.
-    const ok = await passwordMatches(password, account?.passwordHash ?? `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`);
+    const ok = await passwordMatches(password, account?.passwordHash);
     return ok ? account : undefined;
   }
 
