@@ -38,6 +38,7 @@ export const ERROR_CODES = {
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
+  host_refused: { status: 403, message: 'Without an admin token this port answers only requests for localhost' },
   // Answers of the dashboard's JSON endpoints (src/dashboard), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },

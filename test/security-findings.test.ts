@@ -5,9 +5,10 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { cli, testDir } from './helpers.js';
 import { open } from 'lmdb';
-import { accountStore, check, dash, dataDirWithFullSnapshot, PASSWORD, request, signIn, startServer } from './server.js';
+import { startFeedServer, torLists } from '../bench/feed-server.js';
+import { cli, feeds as feedsDir, runIpr, testDir } from './helpers.js';
+import { accountStore, admin, adminAddress, check, dash, dataDirWithFullSnapshot, PASSWORD, request, signIn, startServer } from './server.js';
 
 /** Runs `ipr` with `input` on stdin. */
 function ipr(input: string | null, ...args: string[]) {
@@ -61,7 +62,7 @@ t.test('finding 1: the account store, the access log and the admin token are rea
   const args = ['--admin-port', '0', '--admin-token-file', tokenFile];
   await t.rejects(startServer(t, { dataDir, workers: 1, args }), { message: new RegExp(`--admin-token-file ${tokenFile} is readable by others \\(mode 644\\): chmod 600 it`) });
   chmodSync(tokenFile, 0o600);
-  const tokened = await startServer(t, { dataDir, workers: 1, args });
+  const tokened = await startServer(t, { dataDir: path.join(dir, 'own'), workers: 1, args });
   t.match(tokened.output(), /admin port http:/, 'a 0600 token file is taken');
 });
 
@@ -154,4 +155,85 @@ t.test('finding 8: passwords are counted in code points; blank and very common o
   t.equal(accountStore(t, server.dataDir).account('new@example.com'), undefined, 'no account made');
   // Ten code points, whatever their UTF-16 length, and uncommon: taken.
   t.equal(ipr('\u{1F511}\u{1F511}\u{1F511}\u{1F511}\u{1F511}ocean\n', 'accounts', 'create', '--data', data, '--email', 'ops@example.com', '--plan', 'pro').code, 0);
+});
+
+t.test('finding 7: allowed addresses written as IPv4-mapped IPv6 are IPv4 entries', async (t) => {
+  // On ::, IPv4 clients arrive as IPv4-mapped IPv6 addresses.
+  const server = await startServer(t, { workers: 1, args: ['--host', '::'] });
+  const store = accountStore(t, server.dataDir);
+  await store.createAccount('ann@example.com', PASSWORD, 'pro');
+  const from = (host: string) => (key: string) => check(server.port, key, { ip: '8.8.8.8' }, { host });
+  const [v4, v6] = [from('127.0.0.1'), from('::1')];
+
+  // An IPv4 /24 written as a mapped prefix with an IPv4 length: read as the IPv6 prefix ::/24, it let ::1 in.
+  t.throws(() => store.createKey('ann@example.com', 'office', ['::ffff:203.0.113.0/24']), {
+    code: 'invalid_argument',
+    message: 'not an address or CIDR prefix: "::ffff:203.0.113.0/24" (an IPv4-mapped prefix needs a length of 96 to 128)',
+  });
+  const made = ipr(null, 'keys', 'create', '--data', server.dataDir, '--account', 'ann@example.com', '--name', 'office', '--allow', '::ffff:203.0.113.0/24');
+  t.equal(made.code, 1, 'the CLI refuses it too');
+  const office = store.createKey('ann@example.com', 'office', ['::ffff:203.0.113.0/120']);
+  t.same(office.record.allowed, ['203.0.113.0/24'], 'stored as the IPv4 prefix it is');
+  t.same([(await v6(office.key)).status, (await v4(office.key)).status], [403, 403], 'neither ::1 nor 127.0.0.1 is in 203.0.113.0/24');
+
+  // A mapped loopback address: stored as 127.0.0.1, and a client at 127.0.0.1 (arriving as ::ffff:127.0.0.1) is it.
+  const local = store.createKey('ann@example.com', 'local', ['::ffff:127.0.0.1']);
+  t.same(local.record.allowed, ['127.0.0.1']);
+  t.same([(await v4(local.key)).status, (await v6(local.key)).status], [200, 403], 'allowed from 127.0.0.1 only');
+
+  // Prefixes of each family match their own family, host bits cleared.
+  const both = store.createKey('ann@example.com', 'both', ['127.0.0.9/8', '::1/128']);
+  t.same(both.record.allowed, ['127.0.0.0/8', '::1/128']);
+  t.same([(await v4(both.key)).status, (await v6(both.key)).status], [200, 200]);
+  const wide = store.createKey('ann@example.com', 'wide', ['::/1']);
+  t.same([(await v4(wide.key)).status, (await v6(wide.key)).status], [403, 200], '::/1 holds ::1 and no IPv4 address');
+  const mappedRange = store.createKey('ann@example.com', 'mapped range', ['::ffff:0:0/96']);
+  t.same(mappedRange.record.allowed, ['0.0.0.0/0']);
+  t.same([(await v4(mappedRange.key)).status, (await v6(mappedRange.key)).status], [200, 403], 'the mapped range is every IPv4 address');
+});
+
+t.test('finding 9: the admin port answers loopback host names only without a token; feed credentials never reach logs or HTTP', async (t) => {
+  const feeds = await startFeedServer();
+  t.teardown(() => feeds.close());
+  feeds.route('/tor?token=SEKRIT-QUERY', { text: torLists(feedsDir).current });
+  const dir = testDir(t);
+  const sourcesFile = path.join(dir, 'feeds.sources.json');
+  const writeSources = (extra: object[]) =>
+    writeFileSync(sourcesFile, JSON.stringify({ sources: [{ name: 'tor-exits', kind: 'tor', format: 'cidr-list', url: feeds.url('/tor?token=SEKRIT-QUERY') }, ...extra] }));
+  const secrets = /SEKRIT|hunter2/;
+  writeSources([]);
+  const first = await runIpr('update', '--sources', sourcesFile, '--data', path.join(dir, 'own'), '--json');
+  t.equal(first.code, 0, first.stderr);
+  t.notMatch(first.stdout + first.stderr, secrets, 'ipr update: no credential in its report');
+  t.match(JSON.parse(first.stdout).sources[0].location, /^http:\/\/127\.0\.0\.1:[0-9]+\/tor\?REDACTED$/);
+  // A failing download (the warning names the URL) and a URL with a user and password (fetch refuses it, quoting it).
+  feeds.route('/tor?token=SEKRIT-QUERY', { status: 500 });
+  writeSources([{ name: 'vpn', kind: 'vpn', format: 'cidr-list', url: feeds.url('/vpn').replace('http://', 'http://ops:hunter2@') }]);
+  const second = await runIpr('update', '--sources', sourcesFile, '--data', path.join(dir, 'own'), '--json', '--retries', '0');
+  t.equal(second.code, 1);
+  t.match(second.stderr, /source vpn: http:\/\/REDACTED@127\.0\.0\.1:[0-9]+\/vpn: /, 'the failure names the source without its credentials');
+  t.notMatch(second.stdout + second.stderr, secrets, 'no credential in the warnings or the error');
+  t.notMatch((await runIpr('info', '--data', path.join(dir, 'own'))).stdout, secrets, 'nor in the snapshot');
+
+  // A server with scheduled updates of those sources and an admin port without a token.
+  const server = await startServer(t, { dataDir: path.join(dir, 'own'), workers: 1, args: ['--admin-port', '0', '--update-interval', '2s', '--sources', sourcesFile] });
+  const { port } = adminAddress(server);
+  for (let i = 0; i < 100 && !/"event":"update".*"result"/.test(server.output()); i++) await new Promise((resolve) => setTimeout(resolve, 200));
+  t.match(server.output(), /"event":"update"/, 'the update ran');
+  t.notMatch(server.output(), secrets, 'no credential in the server log');
+  const asHost = (host: string) => admin(port, '/provenance', { headers: { host } });
+  for (const host of ['evil.example', `evil.example:${port}`, 'localhost.evil.example', '127.0.0.1.nip.io']) {
+    const r = await asHost(host);
+    t.same([r.status, JSON.parse(r.text).error], [403, 'host_refused'], `Host: ${host} (DNS rebinding): refused`);
+  }
+  for (const host of [`localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, 'LOCALHOST']) {
+    const r = await asHost(host);
+    t.equal(r.status, 200, `Host: ${host}`);
+    t.notMatch(r.text, secrets, 'no credential in /provenance');
+  }
+  await server.stop();
+  // With a token, the token decides, whatever the Host.
+  const token = 'a-long-enough-admin-token';
+  const tokened = await startServer(t, { dataDir: path.join(dir, 'own'), workers: 1, env: { IPR_ADMIN_TOKEN: token }, args: ['--admin-port', '0'] });
+  t.equal((await admin(adminAddress(tokened).port, '/metrics', { token, headers: { host: 'metrics.internal.example' } })).status, 200);
 });

@@ -19,7 +19,8 @@ const DEFAULT_SOURCES = new URL('../../sources/default.sources.json', import.met
 
 /** Serves until SIGTERM or SIGINT, then shuts down gracefully. */
 async function runServer(server: RunningServer, dataDir: string): Promise<void> {
-  const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
+  // Every address (0.0.0.0, ::): localhost reaches it; an IPv6 literal goes in brackets in a URL.
+  const host = server.host === '0.0.0.0' || server.host === '::' ? 'localhost' : server.host.includes(':') ? `[${server.host}]` : server.host;
   // The admin and dashboard lines first: "serving" is the last line of start-up, which tests and scripts wait for.
   if (server.admin) process.stdout.write(`ipr: admin port http://${server.admin.host}:${server.admin.port} (/metrics, /provenance)\n`);
   process.stdout.write(`ipr: dashboard http://${host}:${server.port}/dashboard\n`);

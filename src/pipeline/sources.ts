@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { IprError } from '../errors.js';
+import { redactUrl } from '../text.js';
 import type { CompanyType } from '../snapshot.js';
 
 export const KINDS = ['tor', 'vpn', 'proxy', 'relay', 'hosting', 'asn', 'geo'] as const;
@@ -158,7 +159,11 @@ export function localPath(config: SourcesConfig, source: Source): string {
   throw new IprError('invalid_argument', `source ${source.name} has no local path`);
 }
 
-/** The source's origin as written in the configuration. */
+/**
+ * The source's origin as written in the configuration, as it may be shown:
+ * a URL without its user information and query string (redactUrl), where
+ * feed credentials travel. It is what snapshots, reports and logs hold.
+ */
 export function origin(source: Source): string {
-  return source.path ?? source.url ?? `npm:${source.package}`;
+  return source.path ?? (source.url === undefined ? `npm:${source.package}` : redactUrl(source.url));
 }

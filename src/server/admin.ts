@@ -5,7 +5,8 @@
  *
  * It binds 127.0.0.1 unless told otherwise. On any address that is not
  * loopback it refuses to start without a token, and whenever a token is set
- * every request must carry it as `Authorization: Bearer <token>`.
+ * every request must carry it as `Authorization: Bearer <token>`. Without a
+ * token it answers only requests whose Host is a loopback name.
  *
  * Request metrics come from the workers' shared counters (metrics.ts), read
  * at scrape time; snapshot metrics from the main thread's snapshot handle;
@@ -20,6 +21,7 @@ import { errorBody, IprError } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
 import { LATENCY_BOUNDS_US, LIMITS, ROUTES, STATUSES, type MetricsReader, type MetricsTotals } from './metrics.js';
 import type { UpdateRun, UpdateStatus } from './updater.js';
+import { redactUrl } from '../text.js';
 
 const FAMILIES = ['ipv4', 'ipv6'] as const;
 
@@ -219,11 +221,22 @@ export function provenance(snapshot: Snapshot, updates: UpdateStatus | null): ob
   const { sources, tables, records, ...build } = meta;
   return {
     snapshot: { path, built_at, age_seconds: Math.round((Date.now() - Date.parse(built_at)) / 1000), ...rest, ...build },
-    sources,
+    // A snapshot built before locations were redacted may hold a feed's credentials.
+    sources: sources.map((s) => ({ ...s, location: redactUrl(s.location) })),
     tables,
     records,
     updates,
   };
+}
+
+/**
+ * Whether a Host header names this machine's loopback: `localhost`, an
+ * address of 127.0.0.0/8 or [::1], with or without a port. A page on
+ * another site that rebinds its own name to 127.0.0.1 sends its own name.
+ */
+function isLoopbackHost(header: string): boolean {
+  const host = header.startsWith('[') ? header.slice(1, header.indexOf(']')) : header.replace(/:[0-9]*$/, '');
+  return isLoopback(host.toLowerCase());
 }
 
 function isLoopback(host: string): boolean {
@@ -271,6 +284,12 @@ export async function startAdmin(options: AdminOptions): Promise<AdminServer> {
     if (expected !== null && !timingSafeEqual(digest(req.headers.authorization ?? ''), expected)) {
       res.setHeader('www-authenticate', 'Bearer');
       send(401, json, errorBody('unauthorized'));
+      return;
+    }
+    // Without a token, only a loopback name may be asked for: DNS rebinding
+    // would otherwise let a page in the operator's browser read this port.
+    if (expected === null && !isLoopbackHost(req.headers.host ?? '')) {
+      send(403, json, errorBody('host_refused'));
       return;
     }
     const route = (req.url ?? '').split('?')[0];

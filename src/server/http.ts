@@ -17,6 +17,7 @@ import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, errorBody, inputAsText, type ApiErrorCode } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
 import { keyDigest, type AccountStore } from '../store/accounts.js';
+import { allowedFrom, compileAllowed } from '../store/allowed.js';
 import type { Clock } from '../clock.js';
 import type { Limits, Verdict } from './limits.js';
 import type { AccessLog } from '../log.js';
@@ -93,7 +94,8 @@ interface KeyGrant {
   revoked: boolean;
   suspended: boolean;
   plan: Plan | undefined;
-  allowed: [ipaddr.IPv4 | ipaddr.IPv6, number][] | null;
+  /** Compiled by store/allowed.ts; null: from anywhere. */
+  allowed: Uint8Array | null;
 }
 
 type Auth = { grant: KeyGrant; status: 200 } | { grant: null; status: 401 | 403 };
@@ -155,7 +157,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         revoked: record.revoked !== null,
         suspended: account?.status !== 'active',
         plan: account ? ctx.plans.get(account.plan) : undefined,
-        allowed: record.allowed.length === 0 ? null : record.allowed.map((a) => (a.includes('/') ? ipaddr.parseCIDR(a) : [ipaddr.parse(a), a.includes(':') ? 128 : 32])),
+        allowed: record.allowed.length === 0 ? null : compileAllowed(record.allowed),
       };
       if (header.length === 7 + match[1]!.length && header.startsWith('Bearer ')) grants.set(header, grant);
     }
@@ -167,11 +169,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     const grant = grantFor(header);
     if (grant === null || grant.revoked) return { grant: null, status: 401 };
     if (grant.suspended || grant.plan === undefined) return { grant: null, status: 403 };
-    if (grant.allowed !== null) {
-      const address = clientAddress(clientBytes(res.getRemoteAddress()));
-      const allowed = grant.allowed.some(([range, len]) => range.kind() === address.kind() && address.match(range as never, len));
-      if (!allowed) return { grant: null, status: 403 };
-    }
+    if (grant.allowed !== null && !allowedFrom(grant.allowed, res.getRemoteAddress())) return { grant: null, status: 403 };
     if (grant.id >= ctx.limits.maxKeys) throw new Error(`key id ${grant.id} beyond the limit table (${ctx.limits.maxKeys} keys): restart with a larger --max-keys`);
     return { grant, status: 200 };
   }

@@ -23,7 +23,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
-import { canonicalAddress } from '../snapshot.js';
+import { normaliseAllowed } from './allowed.js';
 import { hasControlOrFormat } from '../text.js';
 import { normaliseEmail } from './emails.js';
 import { hashPassword, passwordMatches } from './passwords.js';
@@ -83,18 +83,6 @@ export function dayOf(ms: number): string {
 /** SHA-256, hex: how keys and session ids are stored. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
-}
-
-/** Validates a list of addresses or CIDR prefixes; returns them canonical. */
-export function normaliseAllowed(list: string[]): string[] {
-  return list.map((entry) => {
-    const [address, len, ...rest] = entry.trim().split('/');
-    const canonical = canonicalAddress(address);
-    const width = canonical?.includes(':') && !canonical.startsWith('::ffff:') ? 128 : 32;
-    const ok = canonical !== null && rest.length === 0 && (len === undefined || (/^[0-9]{1,3}$/.test(len) && Number(len) <= width));
-    if (!ok) throw new IprError('invalid_argument', `not an address or CIDR prefix: ${JSON.stringify(entry)}`);
-    return len === undefined ? canonical : `${canonical}/${Number(len)}`;
-  });
 }
 
 export class AccountStore {
