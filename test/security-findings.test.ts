@@ -237,3 +237,24 @@ t.test('finding 9: the admin port answers loopback host names only without a tok
   const tokened = await startServer(t, { dataDir: path.join(dir, 'own'), workers: 1, env: { IPR_ADMIN_TOKEN: token }, args: ['--admin-port', '0'] });
   t.equal((await admin(adminAddress(tokened).port, '/metrics', { token, headers: { host: 'metrics.internal.example' } })).status, 200);
 });
+
+t.test('finding 10: sign-up answers the same whether the email has an account or not', async (t) => {
+  const server = await startServer(t, { workers: 1, args: ['--signup'] });
+  const store = accountStore(t, server.dataDir);
+  await store.createAccount('ann@example.com', PASSWORD, 'pro');
+  const answer = async (email: string) => {
+    const r = await dash(server.port, 'POST', 'sign-up', null, { email, password: 'another good password' });
+    const { date: _date, ...headers } = r.headers;
+    return { status: r.status, headers, text: r.text };
+  };
+  const existing = await answer('ann@example.com');
+  const fresh = await answer('new@example.com');
+  t.same(existing, fresh, 'status, headers and body are the same');
+  t.equal(existing.headers['set-cookie'], undefined, 'and neither signs in');
+  t.equal(existing.status, 202);
+  // The existing customer's account is untouched: the old password still signs in, the new one does not.
+  t.ok(await signIn(server.port, 'ann@example.com', PASSWORD));
+  t.equal((await dash(server.port, 'POST', 'session', null, { email: 'ann@example.com', password: 'another good password' })).status, 401);
+  t.ok(await signIn(server.port, 'new@example.com', 'another good password'), 'the new account signs in with its password');
+  t.match(server.output(), /"event":"sign_up_existing","account":"ann@example.com"/, 'the operator sees the attempt in the log');
+});

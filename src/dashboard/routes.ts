@@ -68,6 +68,8 @@ const SECURITY_HEADERS: [string, string][] = [
   ['Cross-Origin-Resource-Policy', 'same-origin'],
 ];
 const HSTS: [string, string] = ['Strict-Transport-Security', 'max-age=31536000'];
+/** The answer to every valid sign-up, whether the email had an account or not. */
+const SIGNED_UP = 'If this email can have an account, it has one now: sign in with it and the password you chose.';
 
 const CONTENT_TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -364,9 +366,11 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   });
   route('post', '/dashboard/api/sign-up', { signedIn: false }, async ({ req, body }) => {
     if (!ctx.signup) throw new IprError('signup_disabled');
-    const { id, session, account } = await sessions.signUp(body.email, body.password, signupPlan, req.address, req.sessionId);
-    ctx.log.info({ event: 'sign_up', account: account.email, plan: account.plan }, 'dashboard sign-up');
-    return { status: 201, body: accountView(ctx, account, session.csrf), cookie: sessionCookie(id, req.secure) };
+    const { email, created } = await sessions.signUp(body.email, body.password, signupPlan, req.address);
+    // An email with an account gets the same answer; only the operator's log tells.
+    if (created) ctx.log.info({ event: 'sign_up', account: email, plan: signupPlan }, 'dashboard sign-up');
+    else ctx.log.warn({ event: 'sign_up_existing', account: email, address: req.address }, 'dashboard sign-up for an email that has an account');
+    return { status: 202, body: { message: SIGNED_UP } };
   });
 
   // The signed-in account.

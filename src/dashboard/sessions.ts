@@ -117,10 +117,15 @@ export class Sessions {
 
   /**
    * Self sign-up (when the operator allows it): creates the account on
-   * `plan` and signs it in. Each sign-up counts as an attempt of the
-   * client address, so one address cannot make accounts without end.
+   * `plan`, unless the email has one. The caller answers both cases the
+   * same way and signs nobody in: whether an email has an account is not
+   * for a stranger to learn (the page signs in next, with the password just
+   * chosen). Both cases do the same work (the password is hashed first).
+   * Each sign-up counts as an attempt of the client address, so one address
+   * cannot make accounts without end. Resolves with the normal email and
+   * whether an account was made.
    */
-  async signUp(email: unknown, password: unknown, plan: string, address: string, previous: string | null): Promise<SignIn> {
+  async signUp(email: unknown, password: unknown, plan: string, address: string): Promise<{ email: string; created: boolean }> {
     if (typeof email !== 'string' || typeof password !== 'string') throw new IprError('invalid_request', 'email and password are required');
     checkNewPassword(password);
     let normal: string;
@@ -130,8 +135,13 @@ export class Sessions {
       throw new IprError('invalid_request', 'that is not an email address');
     }
     await this.#countAttempt([{ name: `sign-in:address:${address}`, max: SIGN_IN_MAX_PER_ADDRESS, windowMs: SIGN_IN_WINDOW_MS }]);
-    const account = await this.store.createAccount(normal, password, plan);
-    return this.#start(account, previous);
+    try {
+      await this.store.createAccount(normal, password, plan);
+      return { email: normal, created: true };
+    } catch (error) {
+      if (error instanceof IprError && error.code === 'account_exists') return { email: normal, created: false };
+      throw error;
+    }
   }
 
   async signOut(id: string): Promise<void> {
