@@ -42,6 +42,7 @@ export const ERROR_CODES = {
   // Answers of the dashboard's JSON endpoints (src/dashboard), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },
+  password_wrong: { status: 403, message: 'The current password is not right' },
   signed_out: { status: 401, message: 'Sign in first' },
   account_suspended: { status: 403, message: 'This account is suspended' },
   csrf_failed: { status: 403, message: 'The request lacks the CSRF token of this session' },

@@ -258,3 +258,53 @@ t.test('finding 10: sign-up answers the same whether the email has an account or
   t.ok(await signIn(server.port, 'new@example.com', 'another good password'), 'the new account signs in with its password');
   t.match(server.output(), /"event":"sign_up_existing","account":"ann@example.com"/, 'the operator sees the attempt in the log');
 });
+
+t.test('finding 4: suspension ends sessions for good; sign out everywhere; password changes end the other sessions', async (t) => {
+  const server = await startServer(t, { workers: 2 });
+  const store = accountStore(t, server.dataDir);
+  await store.createAccount('ann@example.com', PASSWORD, 'pro');
+  const alive = async (s: { id: string; csrf: string }) => (await dash(server.port, 'GET', 'account', s)).status === 200;
+
+  // Suspended, then reactivated: the sessions from before stay ended.
+  const before = await signIn(server.port, 'ann@example.com');
+  t.equal(ipr(null, 'accounts', 'suspend', '--data', server.dataDir, '--email', 'ann@example.com').code, 0);
+  t.notOk(await alive(before), 'suspended: signed out');
+  t.equal(ipr(null, 'accounts', 'reactivate', '--data', server.dataDir, '--email', 'ann@example.com').code, 0);
+  t.notOk(await alive(before), 'reactivated: the old session does not come back');
+
+  // A password change in the dashboard: the old password is required, the other sessions end, this one goes on under a new id.
+  const [laptop, phone] = [await signIn(server.port, 'ann@example.com'), await signIn(server.port, 'ann@example.com')];
+  const wrong = await dash(server.port, 'PUT', 'password', laptop, { current: 'not the password', password: 'a brand new password' });
+  t.same([wrong.status, wrong.json.error], [403, 'password_wrong'], 'the current password is required');
+  const common = await dash(server.port, 'PUT', 'password', laptop, { current: PASSWORD, password: 'qwertyuiop' });
+  t.same([common.status, common.json.message], [400, 'that password is one of the most common: choose another']);
+  const noToken = await dash(server.port, 'PUT', 'password', laptop, { current: PASSWORD, password: 'a brand new password' }, { 'x-csrf-token': '' });
+  t.equal(noToken.status, 403, 'a change: the CSRF token is required');
+  t.ok((await alive(laptop)) && (await alive(phone)), 'nothing changed yet');
+  const changed = await dash(server.port, 'PUT', 'password', laptop, { current: PASSWORD, password: 'a brand new password' });
+  t.equal(changed.status, 200);
+  const renewed = { id: /ipr_session=([A-Za-z0-9_-]{43});/.exec(String(changed.headers['set-cookie']))![1]!, csrf: changed.json.csrf_token as string };
+  t.notOk(await alive(phone), 'the other session ended');
+  t.notOk(await alive(laptop), 'the id the change came with ended too');
+  t.ok(await alive(renewed), 'this browser goes on under a new id');
+  t.equal((await dash(server.port, 'POST', 'session', null, { email: 'ann@example.com', password: PASSWORD })).status, 401, 'the old password no longer signs in');
+
+  // Sign out everywhere.
+  const other = await signIn(server.port, 'ann@example.com', 'a brand new password');
+  const everywhere = await dash(server.port, 'DELETE', 'sessions', renewed);
+  t.equal(everywhere.status, 200);
+  t.match(String(everywhere.headers['set-cookie']), /^ipr_session=; .*Max-Age=0$/);
+  t.same([await alive(renewed), await alive(other)], [false, false], 'every session ended');
+
+  // The operator's command: the password on standard input; every session ends.
+  const last = await signIn(server.port, 'ann@example.com', 'a brand new password');
+  t.same(ipr('1234567890\n', 'accounts', 'set-password', '--data', server.dataDir, '--email', 'ann@example.com'), { code: 1, stdout: '', stderr: 'ipr: that password is one of the most common: choose another\n' });
+  t.ok(await alive(last), 'a refused password changes nothing');
+  t.same(ipr('set by the operator\n', 'accounts', 'set-password', '--data', server.dataDir, '--email', 'ann@example.com'), {
+    code: 0,
+    stdout: 'ann@example.com: password set; every dashboard session ended\n',
+    stderr: '',
+  });
+  t.notOk(await alive(last));
+  t.ok(await signIn(server.port, 'ann@example.com', 'set by the operator'));
+});

@@ -1,6 +1,6 @@
 /**
- * The customer commands: accounts (create, list, set-plan, suspend,
- * reactivate) and keys (create, list, revoke, allow), on the data folder's
+ * The customer commands: accounts (create, list, set-password, set-plan,
+ * suspend, reactivate) and keys (create, list, revoke, allow), on the data folder's
  * account store. Customers' text (emails, key names) reaches the terminal
  * only through terminalSafe (text.ts), in lines as in tables.
  */
@@ -56,12 +56,16 @@ async function accounts(args: string[]): Promise<number> {
   }
   const email = values.email;
   if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
-  if (!['create', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
+  if (!['create', 'set-password', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
   const plan = action === 'create' || action === 'set-plan' ? requirePlan(values.plan) : '';
   const line = await withStore(dataDirOf(values), async (store) => {
     if (action === 'create') {
       const account = await store.createAccount(email, await readPassword(), plan);
       return `created account ${terminalSafe(account.email)} (plan ${account.plan})`;
+    }
+    if (action === 'set-password') {
+      const account = await store.setPassword(email, await readPassword());
+      return `${terminalSafe(account.email)}: password set; every dashboard session ended`;
     }
     if (action === 'set-plan') {
       const account = store.setPlan(email, plan);
@@ -143,6 +147,7 @@ export const customerCommands: Command[] = [
     name: 'accounts',
     usage: `accounts create --email E --plan P        (the password is read from stdin)
   accounts list
+  accounts set-password --email E             (the password is read from stdin; ends the account's dashboard sessions)
   accounts set-plan --email E --plan P
   accounts suspend --email E
   accounts reactivate --email E`,

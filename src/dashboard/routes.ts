@@ -364,6 +364,16 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
     await sessions.signOut(current!.id);
     return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
   });
+  route('del', '/dashboard/api/sessions', { signedIn: true }, ({ req, current }) => {
+    sessions.signOutEverywhere(current!);
+    ctx.log.info({ event: 'sign_out_everywhere', account: current!.account.email }, 'dashboard signed out everywhere');
+    return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
+  });
+  route('put', '/dashboard/api/password', { signedIn: true }, async ({ req, current, body }) => {
+    const { id, session, account } = await sessions.changePassword(current!, body.current, body.password, req.address);
+    ctx.log.info({ event: 'password_changed', account: account.email }, 'dashboard password changed; the other sessions ended');
+    return { body: accountView(ctx, account, session.csrf), cookie: sessionCookie(id, req.secure) };
+  });
   route('post', '/dashboard/api/sign-up', { signedIn: false }, async ({ req, body }) => {
     if (!ctx.signup) throw new IprError('signup_disabled');
     const { email, created } = await sessions.signUp(body.email, body.password, signupPlan, req.address);

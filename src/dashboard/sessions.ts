@@ -7,7 +7,9 @@
  *   cookie (Secure when the request came over HTTPS); only its SHA-256 is stored.
  * - A new id at every sign-in, and none before it: nobody can plant an id.
  * - A session ends after 30 minutes without a request, and 12 hours after
- *   sign-in whatever happens.
+ *   sign-in whatever happens; all of an account's sessions end when it is
+ *   suspended, signs out everywhere or changes its password (the session
+ *   carries the account's session generation, checked on every request).
  * - Every change needs the session's CSRF token in the X-CSRF-Token header
  *   (routes.ts also refuses cross-site requests by Origin and Sec-Fetch-Site).
  * - Sign-in attempts are counted before the password is checked, per account
@@ -42,6 +44,11 @@ export interface CurrentSession {
 
 export type SignIn = { id: string; session: Session; account: Account };
 
+/** Whether `session` belongs to the account's current generation (see Account.sessionGeneration). */
+function current(session: Session, account: Account): boolean {
+  return (session.generation ?? 0) === (account.sessionGeneration ?? 0);
+}
+
 export class Sessions {
   constructor(
     private readonly store: AccountStore,
@@ -74,7 +81,7 @@ export class Sessions {
     const now = this.clock.now();
     if (this.expired(session, now)) return null;
     const account = this.store.account(session.account);
-    if (account === undefined || account.status !== 'active') return null;
+    if (account === undefined || account.status !== 'active' || !current(session, account)) return null;
     if (now - session.seen >= TOUCH_EVERY_MS) {
       // In the background: a lost touch only makes the idle expiry a minute earlier.
       void this.store.touchSession(id, session, now).catch(() => undefined);
@@ -148,10 +155,39 @@ export class Sessions {
     await this.store.endSession(id);
   }
 
-  /** Removes expired sessions and ended attempt windows from the store. */
+  /**
+   * Changes the signed-in account's password: the current one is required
+   * (counted as a sign-in attempt: a stolen session cannot guess it without
+   * limit), every session of the account ends, and this browser goes on in
+   * a new session. Throws IprError: invalid_argument (the new password),
+   * password_wrong, sign_in_limited.
+   */
+  async changePassword(signedIn: CurrentSession, currentPassword: unknown, password: unknown, address: string): Promise<SignIn> {
+    if (typeof currentPassword !== 'string' || typeof password !== 'string') throw new IprError('invalid_request', 'current and password are required');
+    checkNewPassword(password);
+    const email = signedIn.account.email;
+    await this.#countAttempt([
+      { name: `sign-in:account:${email}`, max: SIGN_IN_MAX_PER_ACCOUNT, windowMs: SIGN_IN_WINDOW_MS },
+      { name: `sign-in:address:${address}`, max: SIGN_IN_MAX_PER_ADDRESS, windowMs: SIGN_IN_WINDOW_MS },
+    ]);
+    if ((await this.store.verifyPassword(email, currentPassword)) === undefined) throw new IprError('password_wrong');
+    await this.store.forgetAttempt(`sign-in:address:${address}`);
+    const account = await this.store.setPassword(email, password);
+    return this.#start(account, signedIn.id);
+  }
+
+  /** Ends every session of the account, this one included. */
+  signOutEverywhere(signedIn: CurrentSession): void {
+    this.store.endSessions(signedIn.account.email);
+  }
+
+  /** Removes expired sessions, sessions of an earlier generation and ended attempt windows from the store. */
   prune(): Promise<number> {
     const now = this.clock.now();
-    return this.store.pruneDashboardState((s) => this.expired(s, now), now);
+    return this.store.pruneDashboardState((s) => {
+      const account = this.store.account(s.account);
+      return this.expired(s, now) || account === undefined || !current(s, account);
+    }, now);
   }
 
   async #countAttempt(limits: { name: string; max: number; windowMs: number }[]): Promise<void> {
@@ -169,7 +205,7 @@ export class Sessions {
 
   async #start(account: Account, previous: string | null): Promise<SignIn> {
     const now = this.clock.now();
-    const session: Session = { account: account.email, csrf: randomBytes(32).toString('base64url'), created: now, seen: now };
+    const session: Session = { account: account.email, csrf: randomBytes(32).toString('base64url'), created: now, seen: now, generation: account.sessionGeneration ?? 0 };
     const [id] = await Promise.all([this.store.createSession(session), previous === null ? undefined : this.store.endSession(previous)]);
     return { id, session, account };
   }

@@ -40,6 +40,12 @@ export interface Account {
   plan: string;
   status: AccountStatus;
   created: string;
+  /**
+   * Sessions are valid only while they carry this number; bumped to end
+   * every session of the account (suspension, sign out everywhere, a new
+   * password). Absent in accounts stored before it: 0.
+   */
+  sessionGeneration?: number;
 }
 
 export interface KeyRecord {
@@ -66,6 +72,8 @@ export interface Session {
   created: number;
   /** Unix ms of the last request seen, updated at most once a minute. */
   seen: number;
+  /** The account's sessionGeneration when the session began (absent: 0). */
+  generation?: number;
 }
 
 /** Attempts counted under one name (see countAttempt) in a fixed window. */
@@ -73,6 +81,11 @@ interface AttemptCount {
   count: number;
   /** Unix ms at which the window ends. */
   ends: number;
+}
+
+/** `account` with its session generation moved on: every session it had is over. */
+function endingSessions(account: Account): Account {
+  return { ...account, sessionGeneration: (account.sessionGeneration ?? 0) + 1 };
 }
 
 /** UTC day as YYYY-MM-DD. */
@@ -197,8 +210,20 @@ export class AccountStore {
     return this.#updateAccount(email, (a) => ({ ...a, plan }));
   }
 
+  /** Suspending an account ends its sessions for good: reactivating it does not bring them back. */
   setStatus(email: string, status: AccountStatus): Account {
-    return this.#updateAccount(email, (a) => ({ ...a, status }));
+    return this.#updateAccount(email, (a) => (status === 'suspended' ? endingSessions({ ...a, status }) : { ...a, status }));
+  }
+
+  /** Ends every dashboard session of the account. */
+  endSessions(email: string): Account {
+    return this.#updateAccount(email, endingSessions);
+  }
+
+  /** Sets a new password (checked by passwords.ts) and ends every dashboard session of the account. */
+  async setPassword(email: string, password: string): Promise<Account> {
+    const passwordHash = await hashPassword(password);
+    return this.#updateAccount(email, (a) => endingSessions({ ...a, passwordHash }));
   }
 
   /** Creates a key; the key itself is returned here and never again. */
