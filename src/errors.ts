@@ -49,6 +49,8 @@ export const ERROR_CODES = {
   cross_site: { status: 403, message: 'Cross-site requests are refused' },
   signup_disabled: { status: 404, message: 'Sign-up is switched off on this server' },
   key_limit: { status: 409, message: 'The account has reached its limit of keys' },
+  key_slots_full: { status: 409, message: 'No key can be made: the key table of this server is full' },
+  signup_limited: { status: 429, message: 'This server takes no more sign-ups today; try again tomorrow' },
   sign_in_limited: { status: 429, message: 'Too many sign-in attempts; try again later' },
 } as const;
 

@@ -8,7 +8,7 @@ import t from 'tap';
 import { open } from 'lmdb';
 import { startFeedServer, torLists } from '../bench/feed-server.js';
 import { cli, feeds as feedsDir, runIpr, testDir } from './helpers.js';
-import { accountStore, admin, adminAddress, check, dash, dataDirWithFullSnapshot, PASSWORD, request, signIn, startServer } from './server.js';
+import { accountStore, admin, adminAddress, check, dash, dataDirWithFullSnapshot, PASSWORD, request, samples, signIn, startServer } from './server.js';
 
 /** Runs `ipr` with `input` on stdin. */
 function ipr(input: string | null, ...args: string[]) {
@@ -62,7 +62,7 @@ t.test('finding 1: the account store, the access log and the admin token are rea
   const args = ['--admin-port', '0', '--admin-token-file', tokenFile];
   await t.rejects(startServer(t, { dataDir, workers: 1, args }), { message: new RegExp(`--admin-token-file ${tokenFile} is readable by others \\(mode 644\\): chmod 600 it`) });
   chmodSync(tokenFile, 0o600);
-  const tokened = await startServer(t, { dataDir: path.join(dir, 'own'), workers: 1, args });
+  const tokened = await startServer(t, { dataDir, workers: 1, args });
   t.match(tokened.output(), /admin port http:/, 'a 0600 token file is taken');
 });
 
@@ -307,4 +307,127 @@ t.test('finding 4: suspension ends sessions for good; sign out everywhere; passw
   });
   t.notOk(await alive(last));
   t.ok(await signIn(server.port, 'ann@example.com', 'set by the operator'));
+});
+
+/** `ipr keys create` on a data folder: the key, or null when refused (with the message). */
+function cliKey(dataDir: string, email: string, name: string): { key: string | null; stderr: string } {
+  const r = ipr(null, 'keys', 'create', '--data', dataDir, '--account', email, '--name', name);
+  return { key: r.code === 0 ? r.stdout.trim() : null, stderr: r.stderr };
+}
+
+t.test('finding 3: the limit table is never exhausted into 500s; slots of revoked keys are reused, fresh; daily caps', async (t) => {
+  const dataDir = dataDirWithFullSnapshot(t);
+  const server = await startServer(t, { dataDir, workers: 2, args: ['--max-keys', '4', '--admin-port', '0', '--signup', '--trust-proxy', '--max-signups-per-day', '2', '--max-keys-per-day', '2'] });
+  const store = accountStore(t, dataDir);
+  await store.createAccount('ops@example.com', PASSWORD, 'free'); // 100 a day
+  const keys = [0, 1, 2, 3].map((i) => cliKey(dataDir, 'ops@example.com', `k${i}`).key!);
+  t.ok(keys.every((k) => k !== null), 'four keys fill the table of four');
+  const fifth = cliKey(dataDir, 'ops@example.com', 'k4');
+  t.same(fifth, { key: null, stderr: 'ipr: no key can be made: all 4 key slots of this data folder are taken (revoke keys, or restart ipr serve with a larger --max-keys)\n' }, 'a fifth key is refused, clearly');
+  for (const key of keys) t.equal((await check(server.port, key, { ip: '8.8.8.8' })).status, 200, 'every key made answers (none is past the table)');
+
+  // A revoked key's slot is reused, and the new key starts from nothing: in the running server's table and in the stored usage.
+  const old = keys[1]!;
+  let before = null as unknown as Awaited<ReturnType<typeof check>>;
+  for (let i = 0; i < 5; i++) before = await new Promise((resolve) => setTimeout(resolve, 1000)).then(() => check(server.port, old, { ip: '8.8.8.8' })); // free: 1 a second
+  t.same([before.status, before.headers['x-ratelimit-remaining']], [200, '94'], 'the old key used 6 of its 100');
+  t.equal(ipr(null, 'keys', 'revoke', '--data', dataDir, '--account', 'ops@example.com', '--prefix', old.slice(0, 8)).code, 0);
+  const reused = cliKey(dataDir, 'ops@example.com', 'k5').key!;
+  t.ok(reused, 'a key can be made again');
+  const oldRecord = store.listKeys('ops@example.com').find((k) => k.prefix === old.slice(0, 8))!;
+  const newRecord = store.listKeys('ops@example.com').find((k) => k.prefix === reused.slice(0, 8))!;
+  t.equal(newRecord.slot, oldRecord.slot, 'in the revoked key\'s slot');
+  t.not(newRecord.id, oldRecord.id, 'under an id of its own');
+  const first = await check(server.port, reused, { ip: '8.8.8.8' });
+  t.same([first.status, first.headers['x-ratelimit-remaining']], [200, '99'], 'its first request: 99 left, not 93');
+  t.equal((await check(server.port, old, { ip: '8.8.8.8' })).status, 401, 'the old key is revoked');
+  await new Promise((resolve) => setTimeout(resolve, 1300)); // usage is written every second
+  const today = new Date().toISOString().slice(0, 10);
+  t.same([store.usage(oldRecord.id, today), store.usage(newRecord.id, today)], [6, 1], 'stored usage: each key its own');
+  const s = await signIn(server.port, 'ops@example.com');
+  const usage = (await dash(server.port, 'GET', 'usage', s)).json;
+  t.same(
+    usage.keys.map((k: { prefix: string; requests: number[] }) => [k.prefix, k.requests.at(-1)]).sort(),
+    [[keys[0]!.slice(0, 8), 1], [keys[2]!.slice(0, 8), 1], [keys[3]!.slice(0, 8), 1], [old.slice(0, 8), 6], [reused.slice(0, 8), 1]].sort(),
+    'the dashboard too',
+  );
+  // After a restart the counts come back to their own keys.
+  await server.stop();
+  const again = await startServer(t, { dataDir, workers: 2, args: ['--admin-port', '0', '--signup', '--trust-proxy', '--max-signups-per-day', '2', '--max-keys-per-day', '2'] });
+  t.equal((await check(again.port, reused, { ip: '8.8.8.8' })).headers['x-ratelimit-remaining'], '98', 'the size of the table is the data folder\'s: 4 still');
+  t.match(ipr(null, 'keys', 'create', '--data', dataDir, '--account', 'ops@example.com', '--name', 'k6'), { code: 1, stderr: /all 4 key slots/ });
+
+  // The dashboard keeps the last tenth of the table (here one slot) for the operator.
+  t.equal(ipr(null, 'keys', 'revoke', '--data', dataDir, '--account', 'ops@example.com', '--prefix', keys[0]!.slice(0, 8)).code, 0);
+  t.equal(ipr(null, 'keys', 'revoke', '--data', dataDir, '--account', 'ops@example.com', '--prefix', keys[2]!.slice(0, 8)).code, 0);
+  const s2 = await signIn(again.port, 'ops@example.com');
+  t.equal((await dash(again.port, 'POST', 'keys', s2, { name: 'dash 1' })).status, 201, 'the dashboard may take slot 3 of 4');
+  const full = await dash(again.port, 'POST', 'keys', s2, { name: 'dash 2' });
+  t.same([full.status, full.json.error], [409, 'key_slots_full'], 'not the last one');
+  t.ok(cliKey(dataDir, 'ops@example.com', 'ops').key, 'which the CLI can still take');
+
+  // Global daily caps: sign-ups (here 2 a day, from any addresses) and keys made in the dashboard (2 a day).
+  const signUp = (i: number) => dash(again.port, 'POST', 'sign-up', null, { email: `s${i}@example.com`, password: PASSWORD }, { 'x-forwarded-for': `198.51.100.${i}` });
+  t.same([(await signUp(1)).status, (await signUp(2)).status], [202, 202]);
+  const capped = await signUp(3);
+  t.same([capped.status, capped.json.error], [429, 'signup_limited'], 'a third sign-up in the day, from a third address');
+  t.equal(store.account('s3@example.com'), undefined);
+  t.equal(ipr(null, 'keys', 'revoke', '--data', dataDir, '--account', 'ops@example.com', '--prefix', reused.slice(0, 8)).code, 0);
+  const s3 = await signIn(again.port, 's1@example.com');
+  const capKey = await dash(again.port, 'POST', 'keys', s3, { name: 'x' });
+  t.same([capKey.status, capKey.json.error], [409, 'key_limit'], 'a third key made in the dashboard today (the first was by ops)');
+  t.match(capKey.json.message, /this server makes at most 2 keys a day in the dashboard/);
+
+  // The operator sees it all on the admin port.
+  const m = samples((await admin(adminAddress(again).port, '/metrics')).text);
+  t.same(
+    [m.get('ipr_key_slots{state="capacity"}'), m.get('ipr_key_slots{state="used"}')],
+    [4, 3],
+    'slots: capacity and used (the last key made was revoked since)',
+  );
+  t.equal(m.get('ipr_key_creations_refused_total{reason="key_slots"}'), 3, 'refused for want of a slot: the CLI twice, the dashboard once');
+  t.equal(m.get('ipr_key_creations_refused_total{reason="keys_per_day"}'), 1);
+  t.equal(m.get('ipr_signups_refused_total{reason="signups_per_day"}'), 1);
+});
+
+t.test('finding 2: nobody can lock a customer out of the dashboard, and guessing stays expensive', async (t) => {
+  const server = await startServer(t, { workers: 2, args: ['--trust-proxy'] });
+  const store = accountStore(t, server.dataDir);
+  await store.createAccount('ann@example.com', PASSWORD, 'pro');
+  const attempt = async (password: string, from: string) => {
+    const started = Date.now();
+    const r = await dash(server.port, 'POST', 'session', null, { email: 'ann@example.com', password }, { 'x-forwarded-for': from });
+    return { status: r.status, error: r.json?.error as string | undefined, retryAfter: r.json?.details?.retry_after as number | undefined, ms: Date.now() - started };
+  };
+  // The attack: wrong passwords for ann from 20 addresses (IPv4 and IPv6 /64s), all at once.
+  const attackers = [...Array.from({ length: 12 }, (_, i) => `203.0.113.${i + 1}`), ...Array.from({ length: 8 }, (_, i) => `2001:db8:${i}::1`)];
+  const wrong = await Promise.all(attackers.map((from) => attempt('not the password', from)));
+  t.same(wrong.map((r) => r.status), new Array(20).fill(401), '20 wrong passwords, each checked');
+
+  // The owner, from an address that has not failed: signed in (after the account's delay), not refused.
+  const [owner, fresh, ...failing] = await Promise.all([
+    attempt(PASSWORD, '198.51.100.7'),
+    attempt('another guess', '203.0.113.200'),
+    ...attackers.slice(0, 3).map((from) => attempt('another guess', from)),
+  ]);
+  t.equal(owner.status, 200, 'the right password from a clean address signs in');
+  t.ok(owner.ms >= 7000, `after the account's delay of 8 s (${owner.ms} ms)`);
+  // An attacker spreading guesses over addresses still pays per account.
+  t.same([fresh.status, fresh.ms >= 7000], [401, true], `a guess from a new address waits too (${fresh.ms} ms)`);
+  t.same(
+    failing.map((r) => [r.status, r.error]).sort(),
+    [[401, 'sign_in_failed'], [429, 'sign_in_limited'], [429, 'sign_in_limited']],
+    'addresses that have failed share the account\'s turns: one guess per 8 s, the others refused',
+  );
+  t.ok(failing.filter((r) => r.status === 429).every((r) => r.retryAfter! >= 1 && r.retryAfter! <= 8), 'and told when the next turn is');
+
+  // One address is still stopped hard after 5 attempts on the account, even with the right password.
+  const other = await signIn(server.port, 'ann@example.com', PASSWORD, { 'x-forwarded-for': '198.51.100.8' });
+  t.ok(other.id, 'another clean address: signed in as well');
+  await store.createAccount('bob@example.com', PASSWORD, 'pro');
+  const bob = (password: string) => dash(server.port, 'POST', 'session', null, { email: 'bob@example.com', password }, { 'x-forwarded-for': '192.0.2.9' });
+  for (let i = 0; i < 5; i++) t.equal((await bob('not the password')).status, 401);
+  const stopped = await bob(PASSWORD);
+  t.same([stopped.status, stopped.json.details.retry_after], [429, 900], 'the 6th attempt from that address: refused for 15 minutes');
+  t.equal((await dash(server.port, 'POST', 'session', null, { email: 'bob@example.com', password: PASSWORD }, { 'x-forwarded-for': '192.0.2.10' })).status, 200, 'bob from elsewhere: in');
 });

@@ -41,6 +41,8 @@ const serveOptions = {
   host: { type: 'string' },
   workers: { type: 'string' },
   'max-keys': { type: 'string' },
+  'max-signups-per-day': { type: 'string' },
+  'max-keys-per-day': { type: 'string' },
   clock: { type: 'string' },
   signup: { type: 'boolean' },
   'trust-proxy': { type: 'boolean' },
@@ -116,6 +118,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
     ...(values.workers ? { workers: integerOption(values.workers, '--workers', undefined, 1)! } : {}),
     ...(values['max-keys'] ? { maxKeys: integerOption(values['max-keys'], '--max-keys', undefined, 1)! } : {}),
     ...(values.clock ? { clockFile: values.clock } : {}),
+    ...(values['max-signups-per-day'] ? { signupsPerDay: integerOption(values['max-signups-per-day'], '--max-signups-per-day', undefined)! } : {}),
+    ...(values['max-keys-per-day'] ? { keysPerDay: integerOption(values['max-keys-per-day'], '--max-keys-per-day', undefined)! } : {}),
     signup: values.signup === true,
     trustProxy: values['trust-proxy'] === true,
     ...(intervalMs === undefined ? {} : { update: { sources: values.sources!, intervalMs, ...keepOption(values.keep) } }),
@@ -139,11 +143,14 @@ export const serveCommands: Command[] = [
   {
     name: 'serve',
     usage: `serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N] [--signup] [--trust-proxy]
+         [--max-signups-per-day N] [--max-keys-per-day N]
          [--update-interval 1h --sources FILE [--keep N]]
          [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
          Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
          one worker thread per core). --signup lets anyone make an account in the dashboard;
          --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
+         --max-keys sets how many active keys the data folder holds (remembered; default 1,048,576);
+         the dashboard takes at most 1,000 sign-ups and makes at most 10,000 keys a day (the caps).
          Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
          admin port.`,
     run: (args) => serveCommand(args, false),

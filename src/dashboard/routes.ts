@@ -39,6 +39,10 @@ export interface DashboardOptions {
    * limits), X-Forwarded-Host the host the client asked for (Origin check).
    */
   trustProxy: boolean;
+  /** Sign-ups taken in 24 hours, from everyone together (`--max-signups-per-day`). */
+  signupsPerDay: number;
+  /** Keys made in the dashboard in 24 hours, for every account together (`--max-keys-per-day`). */
+  keysPerDay: number;
 }
 
 export interface DashboardContext extends ViewContext, DashboardOptions {
@@ -376,7 +380,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   });
   route('post', '/dashboard/api/sign-up', { signedIn: false }, async ({ req, body }) => {
     if (!ctx.signup) throw new IprError('signup_disabled');
-    const { email, created } = await sessions.signUp(body.email, body.password, signupPlan, req.address);
+    const { email, created } = await sessions.signUp(body.email, body.password, signupPlan, req.address, ctx.signupsPerDay);
     // An email with an account gets the same answer; only the operator's log tells.
     if (created) ctx.log.info({ event: 'sign_up', account: email, plan: signupPlan }, 'dashboard sign-up');
     else ctx.log.warn({ event: 'sign_up_existing', account: email, address: req.address }, 'dashboard sign-up for an email that has an account');
@@ -387,7 +391,7 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): Templa
   route('get', '/dashboard/api/account', { signedIn: true }, ({ current }) => ({ body: accountView(ctx, current!.account, current!.session.csrf) }));
   route('get', '/dashboard/api/keys', { signedIn: true }, ({ current }) => ({ body: keysView(ctx, current!.account) }));
   route('post', '/dashboard/api/keys', { signedIn: true }, async ({ current, body }) => {
-    const created = await createKey(ctx, current!.account, body.name, body.allowed);
+    const created = await createKey(ctx, current!.account, body.name, body.allowed, ctx.keysPerDay);
     ctx.log.info({ event: 'key_created', account: current!.account.email, prefix: created.prefix }, 'dashboard created a key');
     return { status: 201, body: created };
   });

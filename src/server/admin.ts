@@ -19,6 +19,7 @@ import ipaddr from 'ipaddr.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { errorBody, IprError } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
+import type { AccountStore } from '../store/accounts.js';
 import { LATENCY_BOUNDS_US, LIMITS, ROUTES, STATUSES, type MetricsReader, type MetricsTotals } from './metrics.js';
 import type { UpdateRun, UpdateStatus } from './updater.js';
 import { redactUrl } from '../text.js';
@@ -84,7 +85,7 @@ export class OperationsMetrics {
   readonly #updateSeconds: Gauge;
   readonly #lastSuccess: Gauge;
 
-  constructor(reader: MetricsReader, snapshot: Snapshot) {
+  constructor(reader: MetricsReader, snapshot: Snapshot, store: AccountStore) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     const read = () => reader.read();
@@ -177,6 +178,31 @@ export class OperationsMetrics {
         for (const s of info().meta.sources) if (s.used_last_good_copy !== undefined) this.set({ source: s.name }, s.used_last_good_copy ? 1 : 0);
       },
     });
+    new Gauge({
+      name: 'ipr_key_slots',
+      help: 'Slots of the limit table: capacity (--max-keys), used (held by active keys); key creation is refused once used reaches capacity (the dashboard: 90% of it)',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        this.set({ state: 'capacity' }, store.keySlots());
+        this.set({ state: 'used' }, store.usedSlots());
+      },
+    });
+    const refusals = (name: string, help: string, reasons: string[]) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['reason'],
+        registers,
+        collect() {
+          this.reset();
+          const counted = store.refusals();
+          for (const reason of reasons) this.inc({ reason }, counted.get(reason) ?? 0);
+        },
+      });
+    // Counted in the account store: the CLI's refusals too, across restarts.
+    refusals('ipr_key_creations_refused_total', 'Keys not made: key_slots (no slot left for it), keys_per_day (the dashboard\'s daily cap)', ['key_slots', 'keys_per_day']);
+    refusals('ipr_signups_refused_total', 'Sign-ups refused by the daily cap (--max-signups-per-day)', ['signups_per_day']);
     this.#swaps = new Counter({ name: 'ipr_snapshot_swaps_total', help: 'Newly published snapshots the server moved to', registers });
     this.#snapshotProblems = new Counter({
       name: 'ipr_snapshot_problems_total',

@@ -89,6 +89,8 @@ export function endHead(res: HttpResponse, length: number, close: boolean): void
 /** A cached answer to "what may this key do", valid until the store's version changes. */
 interface KeyGrant {
   id: number;
+  /** The key's slot of the limit table. */
+  slot: number;
   /** The key's first characters, as the dashboard shows them: all a log may say of a key. */
   prefix: string;
   revoked: boolean;
@@ -98,7 +100,7 @@ interface KeyGrant {
   allowed: Uint8Array | null;
 }
 
-type Auth = { grant: KeyGrant; status: 200 } | { grant: null; status: 401 | 403 };
+type Auth = { grant: KeyGrant; status: 200 } | { grant: null; status: 401 | 403 | 503 };
 
 /** The rate-limit headers of a verdict, copied out (the verdict object is reused). */
 type Window = [limit: number, remaining: number, reset: number];
@@ -153,6 +155,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
       const account = ctx.store.account(record.account);
       grant = {
         id: record.id,
+        slot: record.slot,
         prefix: record.prefix,
         revoked: record.revoked !== null,
         suspended: account?.status !== 'active',
@@ -170,7 +173,8 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
     if (grant === null || grant.revoked) return { grant: null, status: 401 };
     if (grant.suspended || grant.plan === undefined) return { grant: null, status: 403 };
     if (grant.allowed !== null && !allowedFrom(grant.allowed, res.getRemoteAddress())) return { grant: null, status: 403 };
-    if (grant.id >= ctx.limits.maxKeys) throw new Error(`key id ${grant.id} beyond the limit table (${ctx.limits.maxKeys} keys): restart with a larger --max-keys`);
+    // Only when another server on the data folder was started with a larger --max-keys: never a 500.
+    if (grant.slot >= ctx.limits.maxKeys) return { grant: null, status: 503 };
     return { grant, status: 200 };
   }
 
@@ -286,11 +290,11 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
         if (auth.grant === null) {
           const v = ctx.limits.admitAddress(clientBytes(res.getRemoteAddress()), ctx.unkeyedPerSecond, now);
           if (!v.admitted) sendLimited(res, state, v, true);
-          else sendError(res, state, auth.status === 401 ? 'unauthorized' : 'forbidden', window(v));
+          else sendError(res, state, auth.status === 401 ? 'unauthorized' : auth.status === 403 ? 'forbidden' : 'unavailable', window(v));
           return;
         }
         state.key = auth.grant.prefix;
-        const v = ctx.limits.admitKey(auth.grant.id, auth.grant.plan!, now);
+        const v = ctx.limits.admitKey(auth.grant.slot, auth.grant.id, auth.grant.plan!, now);
         if (!v.admitted) {
           sendLimited(res, state, v, false);
           return;
@@ -379,7 +383,7 @@ export function createApi(app: TemplatedApp, ctx: ApiContext): TemplatedApp {
       // One request was counted already; the batch counts one per address.
       let window_ = limits;
       if (ips.length > 1) {
-        const v = ctx.limits.admitKey(grant.id, grant.plan!, ctx.clock.now(), ips.length - 1);
+        const v = ctx.limits.admitKey(grant.slot, grant.id, grant.plan!, ctx.clock.now(), ips.length - 1);
         if (!v.admitted) return sendLimited(res, state, v, false);
         window_ = window(v);
       }

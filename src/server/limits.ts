@@ -7,8 +7,12 @@
  * Windows (decisions.md): the UTC calendar day, and the wall-clock second
  * (a fixed window: its Reset is the next whole second).
  *
- * Key slots are indexed by key id. Their counts are persisted by the main
- * thread (usage.ts) and loaded back on start. Requests without a valid key
+ * Key slots are indexed by the key's slot (accounts.ts), which a new key
+ * reuses once its key is revoked. A slot records which key (id + 1) its
+ * counts belong to; the first admission of another key resets them, under
+ * the slot's lock, so a new key never starts with a revoked one's counts,
+ * whichever process made it. Counts are persisted by the main thread under
+ * that key's id (usage.ts) and loaded back on start. Requests without a valid key
  * are limited per client address in a second, hashed table.
  */
 import type { Plan } from '../plans.js';
@@ -17,8 +21,9 @@ import type { Plan } from '../plans.js';
 const EPOCH_S = 1_577_836_800;
 
 // Words of a key slot.
-const K_LOCK = 0, K_DAY = 1, K_DAY_COUNT = 2, K_SECOND = 3, K_SECOND_COUNT = 4, K_PREV_DAY = 5, K_PREV_COUNT = 6, K_LAST_USED = 7;
-const KEY_WORDS = 8;
+const K_LOCK = 0, K_DAY = 1, K_DAY_COUNT = 2, K_SECOND = 3, K_SECOND_COUNT = 4, K_PREV_DAY = 5, K_PREV_COUNT = 6, K_LAST_USED = 7, K_OWNER = 8;
+/** One 64-byte cache line per key: no two keys' locks share a line. */
+const KEY_WORDS = 16;
 // Words of an address slot.
 const A_LOCK = 0, A_SECOND = 1, A_COUNT = 2, A_ADDRESS = 3; // 4 words of address
 const ADDRESS_WORDS = 8;
@@ -59,6 +64,13 @@ function unlock(words: Int32Array, at: number): void {
   Atomics.store(words, at, 0);
 }
 
+/** Makes the slot at `at` key `id`'s (under its lock): another key's counts are cleared first. */
+function claim(k: Int32Array, at: number, id: number): void {
+  if (k[at + K_OWNER] === id + 1) return;
+  k.fill(0, at + 1, at + KEY_WORDS);
+  k[at + K_OWNER] = id + 1;
+}
+
 export class Limits {
   readonly #keys: Int32Array;
   readonly #addresses: Int32Array;
@@ -75,16 +87,17 @@ export class Limits {
   }
 
   /**
-   * Admits `n` requests of key `id` under `plan` at `nowMs`, or refuses them
-   * all. Daily limit first, then the per-second one.
+   * Admits `n` requests of key `id` (in `slot`) under `plan` at `nowMs`, or
+   * refuses them all. Daily limit first, then the per-second one.
    */
-  admitKey(id: number, plan: Plan, nowMs: number, n = 1): Verdict {
+  admitKey(slot: number, id: number, plan: Plan, nowMs: number, n = 1): Verdict {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     const day = Math.floor(nowMs / 86_400_000);
     const second = Math.floor(nowMs / 1000) - EPOCH_S;
     const v = this.verdict;
     lock(k, at + K_LOCK);
+    claim(k, at, id);
     if (k[at + K_DAY] !== day) {
       if (k[at + K_DAY] !== 0) {
         k[at + K_PREV_DAY] = k[at + K_DAY]!;
@@ -179,26 +192,28 @@ export class Limits {
     return v;
   }
 
-  /** Sets a key's count for a day (at start, from the persisted usage). */
-  loadKeyUsage(id: number, dayMs: number, requests: number): void {
+  /** Sets the count of key `id` (in `slot`) for a day (at start, from the persisted usage). */
+  loadKeyUsage(slot: number, id: number, dayMs: number, requests: number): void {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     lock(k, at + K_LOCK);
+    claim(k, at, id);
     k[at + K_DAY] = Math.floor(dayMs / 86_400_000);
     k[at + K_DAY_COUNT] = requests;
     unlock(k, at + K_LOCK);
   }
 
   /**
-   * A consistent copy of key `id`'s counters: the current day and its count,
-   * the day before it and its final count (0 when none), last use in Unix ms
-   * (0 when never).
+   * A consistent copy of a slot's counters: the key they belong to (its id,
+   * null when none), the current day and its count, the day before it and
+   * its final count (0 when none), last use in Unix ms (0 when never).
    */
-  readKey(id: number): { day: number; requests: number; prevDay: number; prevRequests: number; lastUsedMs: number } {
+  readKey(slot: number): { id: number | null; day: number; requests: number; prevDay: number; prevRequests: number; lastUsedMs: number } {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     lock(k, at + K_LOCK);
     const out = {
+      id: k[at + K_OWNER] === 0 ? null : k[at + K_OWNER]! - 1,
       day: k[at + K_DAY]!,
       requests: k[at + K_DAY_COUNT]!,
       prevDay: k[at + K_PREV_DAY]!,

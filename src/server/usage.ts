@@ -1,6 +1,6 @@
 /**
  * Persists what the workers counted: every second the main thread copies each
- * key's daily count (and the final count of the day before, after a
+ * slot's daily count, under the id of the key the slot's counts belong to (and the final count of the day before, after a
  * rollover) and its last use from the shared limit table into the account
  * store. A kill -9 loses at most the last second. On start the day's counts
  * are loaded back, so limits hold across restarts.
@@ -13,7 +13,7 @@ import type { Limits } from './limits.js';
 const DAY_MS = 86_400_000;
 
 export class UsageRecorder {
-  /** id -> what was last written: "day:count", and the last use written. */
+  /** Key id -> what was last written: "day:count", and the last use written. */
   readonly #written = new Map<number, { count: string; prev: string; lastUsedMs: number }>();
 
   constructor(
@@ -22,19 +22,15 @@ export class UsageRecorder {
     private readonly clock: Clock,
   ) {}
 
-  #keyCount(): number {
-    return Math.min(this.store.nextKeyId(), this.limits.maxKeys);
-  }
-
-  /** Loads today's persisted counts into the limit table. */
+  /** Loads today's persisted counts of the active keys into their slots of the limit table. */
   load(): void {
     const now = this.clock.now();
     const today = dayOf(now);
-    for (let id = 0; id < this.#keyCount(); id++) {
-      const requests = this.store.usage(id, today);
-      if (requests > 0) {
-        this.limits.loadKeyUsage(id, now, requests);
-        this.#written.set(id, { count: `${Math.floor(now / DAY_MS)}:${requests}`, prev: '', lastUsedMs: 0 });
+    for (const key of this.store.activeKeys()) {
+      const requests = this.store.usage(key.id, today);
+      if (requests > 0 && key.slot < this.limits.maxKeys) {
+        this.limits.loadKeyUsage(key.slot, key.id, now, requests);
+        this.#written.set(key.id, { count: `${Math.floor(now / DAY_MS)}:${requests}`, prev: '', lastUsedMs: 0 });
       }
     }
   }
@@ -43,9 +39,11 @@ export class UsageRecorder {
   flush(): void {
     const counts: { id: number; day: string; requests: number }[] = [];
     const lastUsed: { id: number; at: string }[] = [];
-    for (let id = 0; id < this.#keyCount(); id++) {
-      const k = this.limits.readKey(id);
-      if (k.day === 0) continue;
+    const slots = Math.min(this.store.nextSlot(), this.limits.maxKeys);
+    for (let slot = 0; slot < slots; slot++) {
+      const k = this.limits.readKey(slot);
+      if (k.id === null || k.day === 0) continue;
+      const id = k.id;
       const done = this.#written.get(id) ?? { count: '', prev: '', lastUsedMs: 0 };
       const count = `${k.day}:${k.requests}`;
       const prev = `${k.prevDay}:${k.prevRequests}`;

@@ -49,8 +49,14 @@ export interface Account {
 }
 
 export interface KeyRecord {
-  /** Sequential, never reused: the key's slot in the server's shared limit table. */
+  /** Sequential, never reused: what the key's usage is stored under. */
   id: number;
+  /**
+   * The key's slot in the server's shared limit table, below keySlots().
+   * Given back when the key is revoked and then reused by a new key (the
+   * limit table tells keys apart by id: limits.ts).
+   */
+  slot: number;
   account: string;
   name: string;
   prefix: string;
@@ -77,11 +83,25 @@ export interface Session {
 }
 
 /** Attempts counted under one name (see countAttempt) in a fixed window. */
-interface AttemptCount {
+export interface AttemptCount {
   count: number;
   /** Unix ms at which the window ends. */
   ends: number;
+  /** For the sign-in limits of an account: Unix ms of its next free turn (dashboard/sign-in-limits.ts). */
+  turn?: number;
 }
+
+/**
+ * The count `c` as it stands at `nowMs` in windows of `windowMs`: a new,
+ * empty window when there is none or it has ended (a window begins at the
+ * first attempt after the last one ended).
+ */
+export function inWindow(c: AttemptCount | undefined, nowMs: number, windowMs: number): AttemptCount {
+  return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
+}
+
+/** The limit table's size unless `ipr serve --max-keys` said otherwise. */
+export const DEFAULT_KEY_SLOTS = 1 << 20;
 
 /** `account` with its session generation moved on: every session it had is over. */
 function endingSessions(account: Account): Account {
@@ -109,6 +129,8 @@ export class AccountStore {
   readonly #meta: Database<number, string>;
   readonly #sessions: Database<Session, string>;
   readonly #attempts: Database<AttemptCount, string>;
+  /** Slots below `nextSlot` not held by an active key, lowest first. */
+  readonly #freeSlots: Database<true, number>;
 
   /**
    * Opens (or makes) the store of `dataDir`. It holds password hashes and
@@ -130,6 +152,8 @@ export class AccountStore {
     this.#meta = this.#root.openDB({ name: 'meta' });
     this.#sessions = this.#root.openDB({ name: 'sessions' });
     this.#attempts = this.#root.openDB({ name: 'signInAttempts' });
+    this.#freeSlots = this.#root.openDB({ name: 'freeSlots' });
+    this.#giveKeysSlots();
   }
 
   /** Bumped by every change that can alter an authorisation decision. */
@@ -140,6 +164,77 @@ export class AccountStore {
   /** Keys issued so far have ids below this. */
   nextKeyId(): number {
     return this.#meta.get('nextKeyId') ?? 0;
+  }
+
+  /**
+   * Once, on a store made before slots: every key takes the slot of its id
+   * (what the limit table used), and revoked keys give theirs back.
+   */
+  #giveKeysSlots(): void {
+    if (this.#meta.get('nextSlot') !== undefined || this.nextKeyId() === 0) return;
+    this.#root.transactionSync(() => {
+      if (this.#meta.get('nextSlot') !== undefined) return; // another process did it
+      for (const { key, value } of this.#keys.getRange()) {
+        if (value.slot === undefined) this.#keys.putSync(key, { ...value, slot: value.id });
+        if (value.revoked !== null) this.#freeSlots.putSync(value.id, true);
+      }
+      this.#meta.putSync('nextSlot', this.nextKeyId());
+    });
+  }
+
+  /** The size of the limit table keys are given slots of: `ipr serve --max-keys`, remembered here. */
+  keySlots(): number {
+    return this.#meta.get('keySlots') ?? DEFAULT_KEY_SLOTS;
+  }
+
+  /** Slots handed out so far are below this (some of them may be free again). */
+  nextSlot(): number {
+    return this.#meta.get('nextSlot') ?? 0;
+  }
+
+  /** Slots held by active keys. */
+  usedSlots(): number {
+    return this.nextSlot() - this.#freeSlots.getCount();
+  }
+
+  /**
+   * Sets the size of the limit table (`ipr serve --max-keys`). Refused when
+   * an active key holds a slot at or past it: that key could not be served.
+   */
+  setKeySlots(size: number): void {
+    this.#root.transactionSync(() => {
+      const next = this.nextSlot();
+      for (let slot = next - 1; slot >= size; slot--) {
+        if (this.#freeSlots.get(slot) === undefined) {
+          throw new IprError('invalid_argument', `--max-keys ${size}: an active key holds slot ${slot}; revoke keys, or keep at least ${slot + 1}`);
+        }
+        this.#freeSlots.removeSync(slot);
+      }
+      if (next > size) this.#meta.putSync('nextSlot', size);
+      this.#meta.putSync('keySlots', size);
+    });
+  }
+
+  /** Counts a refused creation (a key without a slot, over a daily cap...), for the admin port's metrics. */
+  countRefusal(reason: string): void {
+    void this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
+  }
+
+  /** Refusals counted by countRefusal, by reason. */
+  refusals(): Map<string, number> {
+    return new Map([...this.#meta.getRange({ start: 'refused:', end: 'refused;' })].map(({ key, value }) => [key.slice('refused:'.length), value]));
+  }
+
+  /** Takes a slot for a new key: the lowest free one, else the next new one; null when fewer than `reserve` + 1 are left. */
+  #takeSlot(reserve: number): number | null {
+    if (this.usedSlots() + reserve >= this.keySlots()) return null;
+    for (const slot of this.#freeSlots.getKeys({ limit: 1 })) {
+      this.#freeSlots.removeSync(slot);
+      return slot;
+    }
+    const slot = this.nextSlot();
+    this.#meta.putSync('nextSlot', slot + 1);
+    return slot;
   }
 
   #bump(): void {
@@ -226,21 +321,45 @@ export class AccountStore {
     return this.#updateAccount(email, (a) => endingSessions({ ...a, passwordHash }));
   }
 
-  /** Creates a key; the key itself is returned here and never again. */
-  createKey(email: string, name: string, allowed: string[] = []): { key: string; record: KeyRecord } {
+  /**
+   * Creates a key; the key itself is returned here and never again. It
+   * takes a slot of the limit table: refused (key_slots_full) when none is
+   * free, or when no more than `reserve` would be left (the dashboard keeps
+   * some for the operator's CLI).
+   */
+  createKey(email: string, name: string, allowed: string[] = [], reserve = 0): { key: string; record: KeyRecord } {
     const trimmed = name.trim();
     if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
     // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
     if (hasControlOrFormat(trimmed)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
     const allowedList = normaliseAllowed(allowed);
+    try {
+      return this.#createKey(email, trimmed, allowedList, reserve);
+    } catch (error) {
+      if (error instanceof IprError && error.code === 'key_slots_full') this.countRefusal('key_slots');
+      throw error;
+    }
+  }
+
+  #createKey(email: string, trimmed: string, allowedList: string[], reserve: number): { key: string; record: KeyRecord } {
     return this.#root.transactionSync(() => {
       const account = this.#requireAccount(email);
       let key: string;
       do key = KEY_TAG + randomBytes(32).toString('base64url');
       while (this.#prefixes.get(key.slice(0, PREFIX_LENGTH)) !== undefined);
+      const slot = this.#takeSlot(reserve);
+      if (slot === null) {
+        throw new IprError(
+          'key_slots_full',
+          reserve === 0
+            ? `no key can be made: all ${this.keySlots()} key slots of this data folder are taken (revoke keys, or restart ipr serve with a larger --max-keys)`
+            : 'This server cannot make more keys from the dashboard now; ask its operator.',
+        );
+      }
       const id = this.nextKeyId();
       const record: KeyRecord = {
         id,
+        slot,
         account: account.email,
         name: trimmed,
         prefix: key.slice(0, PREFIX_LENGTH),
@@ -292,9 +411,18 @@ export class AccountStore {
     });
   }
 
-  /** Revokes a key of the account, at once and for good. */
+  /** Revokes a key of the account, at once and for good; its slot is free for a new key. */
   revokeKey(email: string, prefix: string): KeyRecord {
-    return this.#updateKey(email, prefix, (k) => (k.revoked ? k : { ...k, revoked: new Date().toISOString() }));
+    return this.#updateKey(email, prefix, (k) => {
+      if (k.revoked) return k;
+      this.#freeSlots.putSync(k.slot, true);
+      return { ...k, revoked: new Date().toISOString() };
+    });
+  }
+
+  /** Every active key. */
+  activeKeys(): KeyRecord[] {
+    return [...this.#keys.getRange()].map(({ value }) => value).filter((k) => k.revoked === null);
   }
 
   setAllowed(email: string, prefix: string, allowed: string[]): KeyRecord {
@@ -356,25 +484,31 @@ export class AccountStore {
    * the last one ended.
    */
   countAttempt(limits: { name: string; max: number; windowMs: number }[], nowMs: number): Promise<number> {
-    return this.#root.transaction(() => {
-      const current = limits.map(({ name, windowMs }) => {
-        const c = this.#attempts.get(name);
-        return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
-      });
-      const full = current.filter((c, i) => c.count >= limits[i]!.max);
-      if (full.length > 0) return Math.max(...full.map((c) => c.ends - nowMs));
-      current.forEach((c, i) => this.#attempts.put(limits[i]!.name, { count: c.count + 1, ends: c.ends }));
-      return 0;
-    });
+    return this.changeAttempts(
+      limits.map((l) => l.name),
+      (counts) => {
+        const current = counts.map((c, i) => inWindow(c, nowMs, limits[i]!.windowMs));
+        const full = current.filter((c, i) => c.count >= limits[i]!.max);
+        if (full.length > 0) return { counts: [], result: Math.max(...full.map((c) => c.ends - nowMs)) };
+        return { counts: current.map((c) => ({ ...c, count: c.count + 1 })), result: 0 };
+      },
+    );
   }
 
-  /** Takes back one attempt counted under `name` (a sign-in that succeeded), or all of them when `all`. */
-  forgetAttempt(name: string, all = false): Promise<void> {
+  /**
+   * Reads the attempt counts under `names`, lets `change` decide, and writes
+   * what it returns (per name: a count, null to remove it, undefined to
+   * leave it), in one transaction across threads and processes. Resolves
+   * with its result.
+   */
+  changeAttempts<R>(names: string[], change: (counts: (AttemptCount | undefined)[]) => { counts: (AttemptCount | null | undefined)[]; result: R }): Promise<R> {
     return this.#root.transaction(() => {
-      const c = this.#attempts.get(name);
-      if (c === undefined) return;
-      if (all || c.count <= 1) this.#attempts.remove(name);
-      else this.#attempts.put(name, { count: c.count - 1, ends: c.ends });
+      const { counts, result } = change(names.map((name) => this.#attempts.get(name)));
+      counts.forEach((c, i) => {
+        if (c === null) this.#attempts.remove(names[i]!);
+        else if (c !== undefined) this.#attempts.put(names[i]!, c);
+      });
+      return result;
     });
   }
 
