@@ -19,6 +19,7 @@ export const ERROR_CODES = {
   // The same code for both windows; the message says which one refused.
   rate_limit_exceeded: { status: 429, message: 'Daily request limit exceeded', perSecondMessage: 'Per-second request limit exceeded' },
   internal_error: { status: 500, message: 'Server error' },
+  unavailable: { status: 503, message: 'The service cannot answer this key now; try again later' },
   // Operator-side failures: snapshots, sources, builds (docs/API.md "Codes of the library and the command line").
   snapshot_missing: { status: 503, message: 'No snapshot is published' },
   snapshot_invalid: { status: 503, message: 'The snapshot file is not valid' },
@@ -41,15 +42,19 @@ export const ERROR_CODES = {
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
+  host_refused: { status: 403, message: 'Without an admin token this port answers only requests for localhost' },
   // Answers of the dashboard's JSON endpoints (docs/API.md "Codes of the dashboard"), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },
+  password_wrong: { status: 403, message: 'The current password is not right' },
   signed_out: { status: 401, message: 'Sign in first' },
   account_suspended: { status: 403, message: 'This account is suspended' },
   csrf_failed: { status: 403, message: 'The request lacks the CSRF token of this session' },
   cross_site: { status: 403, message: 'Cross-site requests are refused' },
   signup_disabled: { status: 404, message: 'Sign-up is switched off on this server' },
   key_limit: { status: 409, message: 'The account has reached its limit of keys' },
+  key_slots_full: { status: 409, message: 'No key can be made: the key table of this server is full' },
+  signup_limited: { status: 429, message: 'This server takes no more sign-ups today; try again tomorrow' },
   sign_in_limited: { status: 429, message: 'Too many sign-in attempts; try again later' },
 } as const;
 
@@ -69,6 +74,7 @@ export const API_ERROR_CODES = [
   'unsupported_media_type',
   'rate_limit_exceeded',
   'internal_error',
+  'unavailable',
 ] as const satisfies readonly ErrorCode[];
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
 

@@ -3,6 +3,7 @@
  * or a session id: log key prefixes and key ids.
  */
 import { pino, destination, type Logger } from 'pino';
+import { PRIVATE_FILE_MODE } from './private-files.js';
 
 export type { Logger };
 
@@ -39,7 +40,8 @@ export interface AccessLog {
  * atomically (O_APPEND).
  */
 export function createAccessLog(file: string, worker: number): AccessLog {
-  const dest = destination({ dest: file, append: true, mkdir: true, sync: false });
+  // It names clients and keys' prefixes: the server's user only (serve.ts tightens an older file).
+  const dest = destination({ dest: file, append: true, mkdir: true, sync: false, mode: PRIVATE_FILE_MODE });
   let lines: string[] = [];
   let bytes = 0;
   const handOver = () => {

@@ -3,7 +3,8 @@
 // refused; sign in; create a key and read it once (copy button included);
 // call the API with it; see Last used and today's requests change; a key
 // named like a script shown as text; delete through the dialog with the
-// keyboard; the API answers 401; after sign-out the pages need signing in.
+// keyboard; the API answers 401; after sign-out the pages need signing in;
+// a password change ends the other sessions; sign out everywhere.
 //
 // Screenshots of every page go to $IPR_SCREENSHOTS, or the test's own
 // temporary folder: look at them after a change to the pages.
@@ -12,13 +13,14 @@ import path from 'node:path';
 import { chromium } from 'playwright-core';
 import t from 'tap';
 import { testDir } from './helpers.js';
-import { accountStore, check, PASSWORD, startServer } from './server.js';
+import { accountStore, check, dash, PASSWORD, signIn, startServer } from './server.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
 const XSS_NAME = '<script>alert(1)</script>';
+const NEW_PASSWORD = 'a new password for ann';
 
-t.test('the dashboard in Chromium: sign in, create a key, use it, watch it counted, delete it, sign out', async (t) => {
+t.test('the dashboard in Chromium: sign in, create a key, use it, watch it counted, change the password, delete the key, sign out', async (t) => {
   t.ok(existsSync(CHROMIUM), `${CHROMIUM} exists (apt-get install chromium; .ci/run does)`);
   const shots = process.env.IPR_SCREENSHOTS ?? path.join(testDir(t), 'screenshots');
   mkdirSync(shots, { recursive: true });
@@ -145,6 +147,20 @@ t.test('the dashboard in Chromium: sign in, create a key, use it, watch it count
   t.ok(await page.locator('footer a[href="https://db-ip.com"]').count(), 'in the footer of every page too');
   await screenshot('account');
 
+  // Change the password: the current one is required; the other sessions end; this page goes on (its next change, the delete below, uses the new session).
+  const phone = await signIn(server.port, 'ann@example.com');
+  await page.getByLabel('Current password').fill('not the password');
+  await page.getByLabel('New password').fill(NEW_PASSWORD);
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.getByRole('alert').filter({ hasText: 'The current password is not right' }).waitFor();
+  t.equal((await dash(server.port, 'GET', 'account', phone)).status, 200, 'a wrong current password changes nothing');
+  await page.getByLabel('Current password').fill(PASSWORD);
+  await page.getByLabel('New password').fill(NEW_PASSWORD);
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.getByText('Password changed. Every other session has been signed out.').waitFor();
+  t.equal((await dash(server.port, 'GET', 'account', phone)).status, 401, 'the other session ended');
+  await screenshot('password-changed');
+
   // Delete, with the keyboard: the dialog keeps the focus, Escape cancels, then confirm.
   await page.getByRole('link', { name: 'API Keys' }).click();
   await row.waitFor();
@@ -187,6 +203,20 @@ t.test('the dashboard in Chromium: sign in, create a key, use it, watch it count
     t.equal(new URL(page.url()).pathname, '/dashboard/sign-in', `${name} after sign-out`);
   }
   await screenshot('signed-out');
+
+  // Sign out everywhere, from the Account page: another browser's session ends too.
+  const elsewhere = await signIn(server.port, 'ann@example.com', NEW_PASSWORD);
+  await page.goto(`${origin}/dashboard/sign-in`);
+  await page.getByLabel('Email').fill('ann@example.com');
+  await page.getByLabel('Password').fill(NEW_PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${origin}/dashboard/keys`);
+  await page.getByRole('link', { name: 'Account' }).click();
+  await page.getByRole('button', { name: 'Sign out everywhere' }).click();
+  await page.waitForURL(`${origin}/dashboard/sign-in`);
+  t.equal((await dash(server.port, 'GET', 'account', elsewhere)).status, 401, 'signed out everywhere');
+  await page.goto(`${origin}/dashboard/keys`);
+  t.equal(new URL(page.url()).pathname, '/dashboard/sign-in', 'this browser too');
 
   t.same(dialogs, [], 'no alert ever ran');
   t.same(pageErrors, [], 'no script error on any page');

@@ -2,6 +2,8 @@
 // keys (missing, malformed, unknown, revoked, suspended, wrong source),
 // content type, body size and shape, the ip field, every invalid address
 // form; and the order of the checks.
+import path from 'node:path';
+import { open } from 'lmdb';
 import t from 'tap';
 import { accountStore, accountWithKey, check, exchange, request, startServer } from './server.js';
 
@@ -211,11 +213,15 @@ t.test('the server refuses to start on the uWebSockets.js fallback', async (t) =
 });
 
 t.test('a handler that throws answers 500 internal_error and the worker keeps serving; keys stay out of logs', async (t) => {
-  // A limit table of one key: the second key's id lies beyond it, so admitting it throws.
-  const server = await startServer(t, { workers: 1, args: ['--max-keys', '1'] });
+  // A key record damaged in the store (its allowed addresses not a list): reading it throws.
+  // (Before issue 13 a key past the limit table made the handler throw; keys are now refused before that.)
+  const server = await startServer(t, { workers: 1 });
   const store = accountStore(t, server.dataDir);
   const first = await accountWithKey(store, 'e@example.com', 'enterprise');
-  const second = store.createKey('e@example.com', 'beyond the table').key;
+  const { key: second, record } = store.createKey('e@example.com', 'damaged', ['192.0.2.0/24']);
+  const raw = open({ path: path.join(server.dataDir, 'accounts'), maxDbs: 16 });
+  t.teardown(() => raw.close());
+  await raw.openDB({ name: 'keys' }).put(record.hash, { ...record, allowed: 7 });
   const failed = await check(server.port, second, { ip: '8.8.8.8' });
   t.equal(failed.status, 500);
   t.same(failed.json, { error: 'internal_error', message: 'Server error', details: {} });

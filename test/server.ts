@@ -140,6 +140,8 @@ export interface RequestOptions {
   /** Send the body with Transfer-Encoding: chunked, in pieces of this many bytes. */
   chunked?: number;
   agent?: http.Agent;
+  /** The server's address to connect to (default 127.0.0.1; ::1 reaches a server listening on ::). */
+  host?: string;
 }
 
 /** One raw HTTP request to the server. */
@@ -149,7 +151,7 @@ export function request(port: number, urlPath: string, options: RequestOptions =
     const headers: Record<string, string> = { ...options.headers };
     if (body !== undefined && options.chunked === undefined) headers['content-length'] = String(body.length);
     const req = http.request(
-      { host: '127.0.0.1', port, path: urlPath, method: options.method ?? 'POST', headers, agent: options.agent ?? false },
+      { host: options.host ?? '127.0.0.1', port, path: urlPath, method: options.method ?? 'POST', headers, agent: options.agent ?? false },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
@@ -353,9 +355,9 @@ export function adminAddress(server: Server): { host: string; port: number } {
   return { host: match[1]!, port: Number(match[2]) };
 }
 
-export function admin(port: number, urlPath: string, options: { method?: string; token?: string } = {}) {
+export function admin(port: number, urlPath: string, options: { method?: string; token?: string; headers?: Record<string, string> } = {}) {
   return new Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }>((resolve, reject) => {
-    const headers: Record<string, string> = options.token ? { authorization: `Bearer ${options.token}` } : {};
+    const headers: Record<string, string> = { ...(options.token ? { authorization: `Bearer ${options.token}` } : {}), ...options.headers };
     http
       .request({ host: '127.0.0.1', port, path: urlPath, method: options.method ?? 'GET', headers }, (res) => {
         let text = '';

@@ -41,6 +41,11 @@ export async function api(method, path, body) {
   return data;
 }
 
+/** Uses the CSRF token of a new session (after a password change, which starts one). */
+export function useSession(account) {
+  csrfToken = account.csrf_token;
+}
+
 /** Builds an element: `props` are properties (textContent, className...) or attributes (aria-*, data-*). */
 export function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);

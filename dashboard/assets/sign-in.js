@@ -1,5 +1,7 @@
-// The sign-in and sign-up pages: one form each, posted as JSON. On success
-// the server has set the session cookie; the keys page follows.
+// The sign-in and sign-up pages: one form each, posted as JSON. A sign-in
+// sets the session cookie; a sign-up signs nobody in (its answer is the same
+// whether the email had an account), so the page signs in next. Then the
+// keys page follows.
 import { api, renderAttribution, showError } from './app.js';
 
 const form = document.querySelector('form');
@@ -25,7 +27,9 @@ form.addEventListener('submit', async (event) => {
   }
   submit.disabled = true;
   try {
-    await api('POST', form.dataset.endpoint, { email: email.value.trim(), password: password.value });
+    const credentials = { email: email.value.trim(), password: password.value };
+    await api('POST', form.dataset.endpoint, credentials);
+    if (form.dataset.endpoint === 'sign-up') await api('POST', 'session', credentials);
     location.replace('/dashboard/keys');
   } catch (failure) {
     showError(error, failure);

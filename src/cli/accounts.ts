@@ -1,7 +1,8 @@
 /**
- * The customer commands: accounts (create, set-plan, suspend, reactivate,
- * backup) and keys (create, list, revoke, allow), on the data folder's
- * account store.
+ * The customer commands: accounts (create, list, set-password, set-plan,
+ * suspend, reactivate, backup) and keys (create, list, revoke, allow), on the
+ * data folder's account store. Customers' text (emails, key names) reaches the
+ * terminal only through terminalSafe (text.ts), in lines as in tables.
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import { loadPlans } from '../plans.js';
 import { AccountStore, dayOf } from '../store/accounts.js';
 import { dataDirOf, integerOption, listOption, options, UsageError, type Command } from './args.js';
 import { formatBytes, table } from './output.js';
+import { terminalSafe } from '../text.js';
 
 async function readPassword(): Promise<string> {
   if (process.stdin.isTTY) {
@@ -66,25 +68,41 @@ async function backup(args: string[]): Promise<number> {
   return 0;
 }
 
+/** When an ISO time was, as the tables show it (UTC, to the second). */
+function shownTime(iso: string): string {
+  return iso.slice(0, 19).replace('T', ' ');
+}
+
 async function accounts(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === 'backup') return backup(rest);
   const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
+  if (action === 'list') {
+    const rows = await withStore(dataDirOf(values), (store) =>
+      store.listAccounts().map((a) => [a.email, a.plan, a.status, shownTime(a.created), store.listKeys(a.email).filter((k) => k.revoked === null).length]),
+    );
+    process.stdout.write(`${table([['email', 'plan', 'status', 'created (UTC)', 'active keys'], ...rows], 4)}\n`);
+    return 0;
+  }
   const email = values.email;
   if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
-  if (!['create', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
+  if (!['create', 'set-password', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
   const plan = action === 'create' || action === 'set-plan' ? requirePlan(values.plan) : '';
   const line = await withStore(dataDirOf(values), async (store) => {
     if (action === 'create') {
       const account = await store.createAccount(email, await readPassword(), plan);
-      return `created account ${account.email} (plan ${account.plan})`;
+      return `created account ${terminalSafe(account.email)} (plan ${account.plan})`;
+    }
+    if (action === 'set-password') {
+      const account = await store.setPassword(email, await readPassword());
+      return `${terminalSafe(account.email)}: password set; every dashboard session ended`;
     }
     if (action === 'set-plan') {
       const account = store.setPlan(email, plan);
-      return `${account.email}: plan ${account.plan}`;
+      return `${terminalSafe(account.email)}: plan ${account.plan}`;
     }
     const account = store.setStatus(email, action === 'suspend' ? 'suspended' : 'active');
-    return `${account.email}: ${account.status}`;
+    return `${terminalSafe(account.email)}: ${account.status}`;
   });
   process.stdout.write(`${line}\n`);
   return 0;
@@ -109,7 +127,9 @@ async function keys(args: string[]): Promise<number> {
       const count = integerOption(values.count, '--count', 1, 1)!;
       const names = Array.from({ length: count }, (_, i) => (count === 1 ? name : `${name} ${i + 1}`));
       const made = await withStore(dataDirOf(values), (store) => store.createKeys(email, names, listOption(values.allow)));
-      made.forEach(({ record }, i) => process.stderr.write(`created key ${record.prefix} "${record.name}" for ${record.account}${i === 0 ? '; it is shown once, now:' : ''}\n`));
+      made.forEach(({ record }, i) =>
+        process.stderr.write(`created key ${record.prefix} "${terminalSafe(record.name)}" for ${terminalSafe(record.account)}${i === 0 ? '; it is shown once, now:' : ''}\n`),
+      );
       process.stdout.write(`${made.map((m) => m.key).join('\n')}\n`);
       return 0;
     }
@@ -119,8 +139,8 @@ async function keys(args: string[]): Promise<number> {
         store.listKeys(email).map((k) => [
           k.prefix,
           k.name,
-          k.created.slice(0, 19).replace('T', ' '),
-          k.lastUsed ? k.lastUsed.slice(0, 19).replace('T', ' ') : 'never',
+          shownTime(k.created),
+          k.lastUsed ? shownTime(k.lastUsed) : 'never',
           k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
           store.usage(k.id, today),
           k.allowed.join(',') || 'anywhere',
@@ -133,7 +153,7 @@ async function keys(args: string[]): Promise<number> {
       const prefix = values.prefix;
       if (!prefix) throw new UsageError('keys revoke needs --prefix P');
       const record = await withStore(dataDirOf(values), (store) => store.revokeKey(email, prefix));
-      process.stdout.write(`revoked key ${record.prefix} "${record.name}"\n`);
+      process.stdout.write(`revoked key ${record.prefix} "${terminalSafe(record.name)}"\n`);
       return 0;
     }
     case 'allow': {
@@ -152,6 +172,8 @@ export const customerCommands: Command[] = [
   {
     name: 'accounts',
     usage: `accounts create --email E --plan P        (the password is read from stdin)
+  accounts list
+  accounts set-password --email E             (the password is read from stdin; ends the account's dashboard sessions)
   accounts set-plan --email E --plan P
   accounts suspend --email E
   accounts reactivate --email E

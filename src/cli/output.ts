@@ -3,14 +3,19 @@
  * (redrawn on a terminal, a line per step in a log) and its summary.
  */
 import type { BuildProgress, BuildSummary } from '../pipeline/build.js';
+import { terminalSafe } from '../text.js';
 
 export function formatBytes(bytes: number): string {
   return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
 }
 
-/** Rows as aligned columns; numbers with thousands separators; columns from `rightFrom` on aligned right. */
+/**
+ * Rows as aligned columns; numbers with thousands separators; columns from
+ * `rightFrom` on aligned right. Cells hold customers' text (key names,
+ * emails): escaped for the terminal (text.ts).
+ */
 export function table(rows: (string | number)[][], rightFrom: number): string {
-  const text = rows.map((r) => r.map((c) => (typeof c === 'number' ? c.toLocaleString('en-US') : c)));
+  const text = rows.map((r) => r.map((c) => (typeof c === 'number' ? c.toLocaleString('en-US') : terminalSafe(c))));
   const widths = text[0]!.map((_, i) => Math.max(...text.map((r) => r[i]!.length)));
   return text.map((r) => r.map((c, i) => (i >= rightFrom ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }
@@ -56,7 +61,7 @@ export function progressPrinter(): (event: BuildProgress) => void {
 }
 
 export function warningPrinter(): (message: string) => void {
-  return (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${message}\n`);
+  return (message) => process.stderr.write(`${process.stderr.isTTY ? '\r\x1b[K' : ''}warning: ${terminalSafe(message)}\n`);
 }
 
 export function printSummary(s: BuildSummary): void {

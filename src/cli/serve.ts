@@ -9,6 +9,7 @@ import { IprError } from '../errors.js';
 import { buildSnapshot } from '../pipeline/build.js';
 import { publishedName } from '../pipeline/publish.js';
 import { loadPlans } from '../plans.js';
+import { refuseShared } from '../private-files.js';
 import { clientTypes, openapiDocument } from '../server/openapi.js';
 import { serve, type RunningServer } from '../server/serve.js';
 import { dataDirOf, integerOption, keepOption, options, UsageError, type Command } from './args.js';
@@ -18,7 +19,8 @@ const DEFAULT_SOURCES = new URL('../../sources/default.sources.json', import.met
 
 /** Serves until SIGTERM or SIGINT, then shuts down gracefully. */
 async function runServer(server: RunningServer, dataDir: string): Promise<void> {
-  const host = server.host === '0.0.0.0' ? 'localhost' : server.host;
+  // Every address (0.0.0.0, ::): localhost reaches it; an IPv6 literal goes in brackets in a URL.
+  const host = server.host === '0.0.0.0' || server.host === '::' ? 'localhost' : server.host.includes(':') ? `[${server.host}]` : server.host;
   // The admin and dashboard lines first: "serving" is the last line of start-up, which tests and scripts wait for.
   if (server.admin) process.stdout.write(`ipr: admin port http://${server.admin.host}:${server.admin.port} (/metrics, /provenance)\n`);
   process.stdout.write(`ipr: dashboard http://${host}:${server.port}/dashboard\n`);
@@ -39,6 +41,8 @@ const serveOptions = {
   host: { type: 'string' },
   workers: { type: 'string' },
   'max-keys': { type: 'string' },
+  'max-signups-per-day': { type: 'string' },
+  'max-keys-per-day': { type: 'string' },
   clock: { type: 'string' },
   signup: { type: 'boolean' },
   'trust-proxy': { type: 'boolean' },
@@ -55,8 +59,10 @@ const serveOptions = {
 function adminToken(file: string | undefined): string | null {
   if (file === undefined) return process.env.IPR_ADMIN_TOKEN || null;
   try {
+    refuseShared(file, '--admin-token-file');
     return readFileSync(file, 'utf8').trim();
   } catch (error) {
+    if (error instanceof IprError) throw error;
     throw new IprError('invalid_argument', `--admin-token-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
   }
 }
@@ -112,6 +118,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
     ...(values.workers ? { workers: integerOption(values.workers, '--workers', undefined, 1)! } : {}),
     ...(values['max-keys'] ? { maxKeys: integerOption(values['max-keys'], '--max-keys', undefined, 1)! } : {}),
     ...(values.clock ? { clockFile: values.clock } : {}),
+    ...(values['max-signups-per-day'] ? { signupsPerDay: integerOption(values['max-signups-per-day'], '--max-signups-per-day', undefined)! } : {}),
+    ...(values['max-keys-per-day'] ? { keysPerDay: integerOption(values['max-keys-per-day'], '--max-keys-per-day', undefined)! } : {}),
     signup: values.signup === true,
     trustProxy: values['trust-proxy'] === true,
     ...(intervalMs === undefined ? {} : { update: { sources: values.sources!, intervalMs, ...keepOption(values.keep) } }),
@@ -135,11 +143,14 @@ export const serveCommands: Command[] = [
   {
     name: 'serve',
     usage: `serve  [--data DIR] [--port N] [--host H] [--workers N] [--max-keys N] [--signup] [--trust-proxy]
+         [--max-signups-per-day N] [--max-keys-per-day N]
          [--update-interval 1h --sources FILE [--keep N]]
          [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
          Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
          one worker thread per core). --signup lets anyone make an account in the dashboard;
          --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
+         --max-keys sets how many active keys the data folder holds (remembered; default 1,048,576);
+         the dashboard takes at most 1,000 sign-ups and makes at most 10,000 keys a day (the caps).
          Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
          admin port.`,
     run: (args) => serveCommand(args, false),

@@ -19,7 +19,7 @@ import type { BatchResponse, CheckResult, ErrorBody } from './types.js';
 export type * from './types.js';
 
 /** A code of the API's error body, or what the client says when there is no usable answer. */
-export type IprErrorCode = ErrorBody['error'] | 'unavailable' | 'network_error' | 'timeout' | 'invalid_response';
+export type IprErrorCode = ErrorBody['error'] | 'network_error' | 'timeout' | 'invalid_response';
 
 export interface IprClientOptions {
   /** Where the server is: `https://ipr.example.com` (the API is under `/v1`; a base that ends in `/v1` is taken as it is). */

@@ -57,7 +57,7 @@ export interface Asn {
 
 export interface ErrorBody {
   /** Machine-readable code. */
-  error: "invalid_ip" | "missing_ip" | "invalid_json" | "invalid_batch" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "payload_too_large" | "unsupported_media_type" | "rate_limit_exceeded" | "internal_error";
+  error: "invalid_ip" | "missing_ip" | "invalid_json" | "invalid_batch" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "payload_too_large" | "unsupported_media_type" | "rate_limit_exceeded" | "internal_error" | "unavailable";
   message: string;
   /** Extra information; `{}` when there is none. invalid_ip: `{"ip": <the input as text, cut to 64 characters>}`. */
   details: Record<string, unknown>;

@@ -36,6 +36,10 @@ export interface DashboardOptions {
    * limits), X-Forwarded-Host the host the client asked for (Origin check).
    */
   trustProxy: boolean;
+  /** Sign-ups taken in 24 hours, from everyone together (`--max-signups-per-day`). */
+  signupsPerDay: number;
+  /** Keys made in the dashboard in 24 hours, for every account together (`--max-keys-per-day`). */
+  keysPerDay: number;
 }
 
 export interface DashboardContext extends ViewContext, DashboardOptions, ExchangeScope {
@@ -62,8 +66,14 @@ const SECURITY_HEADERS: Header[] = [
 ];
 const HSTS: Header = ['Strict-Transport-Security', 'max-age=31536000'];
 const NO_STORE: Header = ['Cache-Control', 'no-store'];
+/** The answer to every valid sign-up, whether the email had an account or not. */
+const SIGNED_UP = 'If this email can have an account, it has one now: sign in with it and the password you chose.';
 
-/** Pages, and whether they need a session (without one: to the sign-in page; with one, the others go to the keys page). */
+/**
+ * Pages, and whether they need a session (without one: to the sign-in page;
+ * with one, the others go to the keys page). A Map: a plain object would
+ * find "__proto__" and "constructor" too.
+ */
 const PAGES = new Map<string, boolean>([
   ['keys', true],
   ['usage', true],
@@ -276,11 +286,25 @@ class Dashboard {
     return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
   };
 
+  signOutEverywhere: Endpoint = ({ req, current }) => {
+    this.sessions.signOutEverywhere(current!);
+    this.ctx.log.info({ event: 'sign_out_everywhere', account: current!.account.email }, 'dashboard signed out everywhere');
+    return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
+  };
+
+  changePassword: Endpoint = async ({ req, current, body }) => {
+    const { id, session, account } = await this.sessions.changePassword(current!, body.current, body.password, req.address);
+    this.ctx.log.info({ event: 'password_changed', account: account.email }, 'dashboard password changed; the other sessions ended');
+    return { body: accountView(this.ctx, account, session.csrf), cookie: sessionCookie(id, req.secure) };
+  };
+
   signUp: Endpoint = async ({ req, body }) => {
     if (!this.ctx.signup) throw new IprError('signup_disabled');
-    const { id, session, account } = await this.sessions.signUp(body.email, body.password, this.signupPlan, req.address, req.sessionId);
-    this.ctx.log.info({ event: 'sign_up', account: account.email, plan: account.plan }, 'dashboard sign-up');
-    return { status: 201, body: accountView(this.ctx, account, session.csrf), cookie: sessionCookie(id, req.secure) };
+    const { email, created } = await this.sessions.signUp(body.email, body.password, this.signupPlan, req.address, this.ctx.signupsPerDay);
+    // An email with an account gets the same answer; only the operator's log tells.
+    if (created) this.ctx.log.info({ event: 'sign_up', account: email, plan: this.signupPlan }, 'dashboard sign-up');
+    else this.ctx.log.warn({ event: 'sign_up_existing', account: email, address: req.address }, 'dashboard sign-up for an email that has an account');
+    return { status: 202, body: { message: SIGNED_UP } };
   };
 
   account: Endpoint = ({ current }) => ({ body: accountView(this.ctx, current!.account, current!.session.csrf) });
@@ -288,7 +312,7 @@ class Dashboard {
   keys: Endpoint = ({ current }) => ({ body: keysView(this.ctx, current!.account) });
 
   createKey: Endpoint = async ({ current, body }) => {
-    const created = await createKey(this.ctx, current!.account, body.name, body.allowed);
+    const created = await createKey(this.ctx, current!.account, body.name, body.allowed, this.ctx.keysPerDay);
     this.ctx.log.info({ event: 'key_created', account: current!.account.email, prefix: created.prefix }, 'dashboard created a key');
     return { status: 201, body: created };
   };
@@ -359,6 +383,8 @@ export function mountDashboard(app: TemplatedApp, ctx: DashboardContext): void {
   const endpoint = (method: Method, pattern: string, signedIn: boolean, handler: Endpoint) => api.add(method, pattern, d.endpoint(method, pattern, signedIn, handler));
   endpoint('post', '/dashboard/api/session', false, d.signIn);
   endpoint('del', '/dashboard/api/session', true, d.signOut);
+  endpoint('del', '/dashboard/api/sessions', true, d.signOutEverywhere);
+  endpoint('put', '/dashboard/api/password', true, d.changePassword);
   endpoint('post', '/dashboard/api/sign-up', false, d.signUp);
   endpoint('get', '/dashboard/api/account', true, d.account);
   endpoint('get', '/dashboard/api/keys', true, d.keys);

@@ -14,16 +14,18 @@ import type { Snapshot } from '../snapshot.js';
 
 const DAY_MS = 86_400_000;
 export const USAGE_DAYS = 30;
-/** Active keys an account may hold, and keys it may create in a day: every key takes a slot of the limit table for good. */
+/** Active keys an account may hold, and keys it may create in a day: every active key holds a slot of the limit table. */
 export const MAX_ACTIVE_KEYS = 100;
 export const MAX_KEYS_CREATED_PER_DAY = 100;
+/** The share of the limit table the dashboard leaves to the operator's CLI. */
+const OPERATOR_SLOTS = 0.1;
 
 /** What the server counted for a key so far (its live limit counters). */
 export interface LiveCounters {
   /** Keys with an id from here on have no counters. */
   maxKeys: number;
-  /** The current day and its count, last use in Unix ms (0: never); days as Unix days. */
-  readKey(id: number): { day: number; requests: number; lastUsedMs: number };
+  /** A slot's counts: the key they belong to (null: none), the current day (a Unix day) and its count, last use in Unix ms (0: never). */
+  readKey(slot: number): { id: number | null; day: number; requests: number; lastUsedMs: number };
 }
 
 export interface ViewContext {
@@ -64,8 +66,9 @@ export function accountView(ctx: ViewContext, account: Account, csrf: string) {
 function liveUsage(ctx: ViewContext, record: KeyRecord): { today: number; lastUsed: string | null } {
   const now = ctx.clock.now();
   const stored = ctx.store.usage(record.id, dayOf(now));
-  if (record.id >= ctx.limits.maxKeys) return { today: stored, lastUsed: record.lastUsed };
-  const live = ctx.limits.readKey(record.id);
+  const live = record.slot < ctx.limits.maxKeys ? ctx.limits.readKey(record.slot) : null;
+  // The slot may be another key's by now (this one revoked), or not yet this new key's.
+  if (live === null || live.id !== record.id) return { today: stored, lastUsed: record.lastUsed };
   const today = live.day === Math.floor(now / DAY_MS) ? Math.max(live.requests, stored) : stored;
   const liveLastUsed = live.lastUsedMs === 0 ? null : new Date(live.lastUsedMs).toISOString();
   const lastUsed = record.lastUsed === null || (liveLastUsed !== null && liveLastUsed > record.lastUsed) ? liveLastUsed : record.lastUsed;
@@ -83,8 +86,13 @@ export function keysView(ctx: ViewContext, account: Account) {
   return { plan: planView(ctx, account.plan), keys: keys.map((k) => keyView(ctx, k)) };
 }
 
-/** Creates a key within the account's limits; the answer holds the key itself, shown once. */
-export async function createKey(ctx: ViewContext, account: Account, name: unknown, allowed: unknown): Promise<KeyView & { key: string }> {
+/**
+ * Creates a key within the account's limits, the server's daily cap
+ * (`keysPerDay` in 24 hours, every account together) and the slots of the
+ * limit table the dashboard may take (all but a tenth); the answer holds the
+ * key itself, shown once.
+ */
+export async function createKey(ctx: ViewContext, account: Account, name: unknown, allowed: unknown, keysPerDay: number): Promise<KeyView & { key: string }> {
   if (typeof name !== 'string') throw new IprError('invalid_request', 'a key needs a name');
   if (allowed !== undefined && !(Array.isArray(allowed) && allowed.every((a) => typeof a === 'string'))) {
     throw new IprError('invalid_request', 'allowed must be a list of addresses or CIDR prefixes');
@@ -93,7 +101,12 @@ export async function createKey(ctx: ViewContext, account: Account, name: unknow
   if (active >= MAX_ACTIVE_KEYS) throw new IprError('key_limit', `An account can have at most ${MAX_ACTIVE_KEYS} active keys; delete one first.`);
   const waitMs = await ctx.store.countAttempt([{ name: `keys:${account.email}`, max: MAX_KEYS_CREATED_PER_DAY, windowMs: DAY_MS }], ctx.clock.now());
   if (waitMs > 0) throw new IprError('key_limit', `An account can create at most ${MAX_KEYS_CREATED_PER_DAY} keys a day; try again later.`);
-  const { key, record } = ctx.store.createKey(account.email, name, (allowed as string[] | undefined) ?? []);
+  if ((await ctx.store.countAttempt([{ name: 'keys', max: keysPerDay, windowMs: DAY_MS }], ctx.clock.now())) > 0) {
+    ctx.store.countRefusal('keys_per_day');
+    throw new IprError('key_limit', `this server makes at most ${keysPerDay} keys a day in the dashboard; try again later.`);
+  }
+  const reserve = Math.ceil(ctx.store.keySlots() * OPERATOR_SLOTS);
+  const { key, record } = ctx.store.createKey(account.email, name, (allowed as string[] | undefined) ?? [], reserve);
   return { key, ...keyView(ctx, record) };
 }
 

@@ -21,7 +21,8 @@ import { IprError } from '../errors.js';
 import { IMPORTERS } from './importers.js';
 import { RangeSink } from './ranges.js';
 import { Records } from './records.js';
-import type { Source } from './sources.js';
+import { origin, type Source } from './sources.js';
+import { redactUrls } from '../text.js';
 import { Tally } from './tally.js';
 
 /** The default size limit of one download (a source's `max_bytes` overrides it). */
@@ -194,7 +195,8 @@ async function attempt(source: Source, part: string, kept: KeptCopy | null, opti
     if (error instanceof IprError) throw error;
     // fetch() failures carry the system error as their cause ("fetch failed", cause ECONNREFUSED).
     const cause = (error as Error).cause as Error | undefined;
-    const text = `${(error as Error).message}${cause?.message ? ` (${cause.message})` : ''}`;
+    // fetch quotes the URL in some messages ("...a URL that includes credentials: <url>").
+    const text = redactUrls(`${(error as Error).message}${cause?.message ? ` (${cause.message})` : ''}`);
     throw failure(bytes > 0 ? `the download was cut after ${bytes}${declared !== null ? ` of ${declared}` : ''} bytes: ${text}` : text, true, status);
   } finally {
     clearTimeout(timer);
@@ -203,7 +205,7 @@ async function attempt(source: Source, part: string, kept: KeptCopy | null, opti
 
 /** Counts a file's records and bad lines with the source's importer, storing nothing. */
 async function countRecords(source: Source, file: string): Promise<Tally> {
-  const tally = new Tally(source.name, source.url!);
+  const tally = new Tally(source.name, origin(source));
   const sink = new RangeSink({ add() {} });
   await IMPORTERS[source.format]({ source, index: 0, file, sink, records: new Records(), tally, resolveNames: false, progress: () => {}, warn: () => {} });
   return tally;
@@ -295,13 +297,13 @@ export async function fetchSource(source: Source, dataDir: string, options: Fetc
   }
   const { reason, error, status } = got;
   if (kept === null) {
-    const why = `source ${source.name}: ${source.url}: ${reason}; there is no earlier copy to use`;
+    const why = `source ${source.name}: ${origin(source)}: ${reason}; there is no earlier copy to use`;
     throw error.code === 'source_unreadable' ? new IprError('source_unreadable', why) : new IprError(error.code, `${why}\n${error.message}`);
   }
   return {
     file,
     provenance: { ...described(kept), checked_at: checkedAt, http_status: status, used_last_good_copy: true, reason },
-    warning: `source ${source.name}: ${source.url}: ${reason}; using the last good copy (fetched ${kept.fetched_at})`,
+    warning: `source ${source.name}: ${origin(source)}: ${reason}; using the last good copy (fetched ${kept.fetched_at})`,
   };
 }
 

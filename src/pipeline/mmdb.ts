@@ -14,7 +14,7 @@
  */
 import { createRequire } from 'node:module';
 import { IprError } from '../errors.js';
-import type { Family } from './ranges.js';
+import type { Family } from '../address.js';
 
 const require = createRequire(import.meta.url);
 // mmdb-lib exports only its Reader; the decoder and metadata parser are its own modules.

@@ -15,6 +15,7 @@ import path from 'node:path';
 import { parseDuration } from '../clock.js';
 import { IprError } from '../errors.js';
 import { COMPANY_TYPES, FLAG_TABLES, TABLES, type CompanyType, type Flag, type TableName } from '../result.js';
+import { redactUrl } from '../text.js';
 
 /** A source feeds one table of the snapshot: its kind is the table's name. */
 export type Kind = TableName;
@@ -232,7 +233,11 @@ export function localPath(config: SourcesConfig, source: Source): string {
   throw new IprError('invalid_argument', `source ${source.name} has no local path`);
 }
 
-/** The source's origin as written in the configuration. */
+/**
+ * The source's origin as written in the configuration, as it may be shown:
+ * a URL without its user information and query string (redactUrl), where
+ * feed credentials travel. It is what snapshots, reports and logs hold.
+ */
 export function origin(source: Source): string {
-  return source.path ?? source.url ?? `npm:${source.package}`;
+  return source.path ?? (source.url === undefined ? `npm:${source.package}` : redactUrl(source.url));
 }

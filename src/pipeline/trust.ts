@@ -21,7 +21,8 @@
  */
 import { IprError } from '../errors.js';
 import { NO_RECORD, type NativeSnapshotWriter } from '../native.js';
-import { compareAddresses, type Family, type RangeSink, type TableSink } from './ranges.js';
+import { compareAddresses, type Family } from '../address.js';
+import type { RangeSink, TableSink } from './ranges.js';
 
 /** A network announcing more IPv4 addresses than this (a /13) is large. */
 export const LARGE_NETWORK_ADDRESSES = 2 ** 19;

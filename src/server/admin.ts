@@ -5,7 +5,8 @@
  *
  * It binds 127.0.0.1 unless told otherwise. On any address that is not
  * loopback it refuses to start without a token, and whenever a token is set
- * every request must carry it as `Authorization: Bearer <token>`.
+ * every request must carry it as `Authorization: Bearer <token>`. Without a
+ * token it answers only requests whose Host is a loopback name.
  *
  * Request metrics come from the workers' shared counters (metrics.ts), read
  * at scrape time; snapshot metrics from the main thread's snapshot handle;
@@ -18,8 +19,10 @@ import ipaddr from 'ipaddr.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { errorBody, IprError } from '../errors.js';
 import type { Snapshot } from '../snapshot.js';
+import type { AccountStore } from '../store/accounts.js';
 import { LATENCY_BOUNDS_US, LIMITS, ROUTES, STATUSES, type MetricsReader, type MetricsTotals } from './metrics.js';
 import type { UpdateRun, UpdateStatus } from './updater.js';
+import { redactUrl } from '../text.js';
 
 const FAMILIES = ['ipv4', 'ipv6'] as const;
 
@@ -82,7 +85,7 @@ export class OperationsMetrics {
   readonly #updateSeconds: Gauge;
   readonly #lastSuccess: Gauge;
 
-  constructor(reader: MetricsReader, snapshot: Snapshot) {
+  constructor(reader: MetricsReader, snapshot: Snapshot, store: AccountStore) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     const read = () => reader.read();
@@ -175,6 +178,31 @@ export class OperationsMetrics {
         for (const s of info().meta.sources) if (s.used_last_good_copy !== undefined) this.set({ source: s.name }, s.used_last_good_copy ? 1 : 0);
       },
     });
+    new Gauge({
+      name: 'ipr_key_slots',
+      help: 'Slots of the limit table: capacity (--max-keys), used (held by active keys); key creation is refused once used reaches capacity (the dashboard: 90% of it)',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        this.set({ state: 'capacity' }, store.keySlots());
+        this.set({ state: 'used' }, store.usedSlots());
+      },
+    });
+    const refusals = (name: string, help: string, reasons: string[]) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['reason'],
+        registers,
+        collect() {
+          this.reset();
+          const counted = store.refusals();
+          for (const reason of reasons) this.inc({ reason }, counted.get(reason) ?? 0);
+        },
+      });
+    // Counted in the account store: the CLI's refusals too, across restarts.
+    refusals('ipr_key_creations_refused_total', 'Keys not made: key_slots (no slot left for it), keys_per_day (the dashboard\'s daily cap)', ['key_slots', 'keys_per_day']);
+    refusals('ipr_signups_refused_total', 'Sign-ups refused by the daily cap (--max-signups-per-day)', ['signups_per_day']);
     this.#swaps = new Counter({ name: 'ipr_snapshot_swaps_total', help: 'Newly published snapshots the server moved to', registers });
     this.#snapshotProblems = new Counter({
       name: 'ipr_snapshot_problems_total',
@@ -219,11 +247,22 @@ export function provenance(snapshot: Snapshot, updates: UpdateStatus | null): ob
   const { sources, tables, records, ...build } = meta;
   return {
     snapshot: { path, built_at, age_seconds: Math.round((Date.now() - Date.parse(built_at)) / 1000), ...rest, ...build },
-    sources,
+    // A snapshot built before locations were redacted may hold a feed's credentials.
+    sources: sources.map((s) => ({ ...s, location: redactUrl(s.location) })),
     tables,
     records,
     updates,
   };
+}
+
+/**
+ * Whether a Host header names this machine's loopback: `localhost`, an
+ * address of 127.0.0.0/8 or [::1], with or without a port. A page on
+ * another site that rebinds its own name to 127.0.0.1 sends its own name.
+ */
+function isLoopbackHost(header: string): boolean {
+  const host = header.startsWith('[') ? header.slice(1, header.indexOf(']')) : header.replace(/:[0-9]*$/, '');
+  return isLoopback(host.toLowerCase());
 }
 
 function isLoopback(host: string): boolean {
@@ -271,6 +310,12 @@ export async function startAdmin(options: AdminOptions): Promise<AdminServer> {
     if (expected !== null && !timingSafeEqual(digest(req.headers.authorization ?? ''), expected)) {
       res.setHeader('www-authenticate', 'Bearer');
       send(401, json, errorBody('unauthorized'));
+      return;
+    }
+    // Without a token, only a loopback name may be asked for: DNS rebinding
+    // would otherwise let a page in the operator's browser read this port.
+    if (expected === null && !isLoopbackHost(req.headers.host ?? '')) {
+      send(403, json, errorBody('host_refused'));
       return;
     }
     const route = (req.url ?? '').split('?')[0];

@@ -8,16 +8,16 @@
  * Every answer is counted in the worker's shared metrics (metrics.ts: no
  * allocation) and, with an access log, logged.
  */
-import ipaddr from 'ipaddr.js';
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ERROR_CODES, errorBody, inputAsText, IprError, type ApiErrorCode } from '../errors.js';
-import { addressOf, Exchange, JSON_TYPE, parseJsonObject, type BodyReader, type ExchangeScope } from '../http/exchange.js';
+import { Exchange, JSON_TYPE, parseJsonObject, type BodyReader, type ExchangeScope } from '../http/exchange.js';
 import { Router } from '../http/router.js';
 import type { Clock } from '../clock.js';
 import type { AccessLog } from '../log.js';
 import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
 import { keyDigest, type AccountStore } from '../store/accounts.js';
+import { allowedFrom, compileAllowed } from '../store/allowed.js';
 import type { Limits, Verdict } from './limits.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 
@@ -49,12 +49,15 @@ export interface ApiContext extends ExchangeScope {
 /** What a key may do, cached by its Authorization header until the store's version changes. */
 interface KeyGrant {
   id: number;
+  /** The key's slot of the limit table. */
+  slot: number;
   /** The key's first characters, as the dashboard shows them: all a log may say of a key. */
   prefix: string;
   revoked: boolean;
   suspended: boolean;
   plan: Plan | undefined;
-  allowed: [ipaddr.IPv4 | ipaddr.IPv6, number][] | null;
+  /** Compiled by store/allowed.ts; null: from anywhere. */
+  allowed: Uint8Array | null;
 }
 
 /**
@@ -191,11 +194,12 @@ class Api {
       const account = this.ctx.store.account(record.account);
       grant = {
         id: record.id,
+        slot: record.slot,
         prefix: record.prefix,
         revoked: record.revoked !== null,
         suspended: account?.status !== 'active',
         plan: account ? this.ctx.plans.get(account.plan) : undefined,
-        allowed: record.allowed.length === 0 ? null : record.allowed.map((a) => (a.includes('/') ? ipaddr.parseCIDR(a) : [ipaddr.parse(a), a.includes(':') ? 128 : 32])),
+        allowed: record.allowed.length === 0 ? null : compileAllowed(record.allowed),
       };
       if (header.length === 7 + match[1]!.length && header.startsWith('Bearer ')) this.#grants.set(header, grant);
     }
@@ -203,20 +207,18 @@ class Api {
   }
 
   /** The key's grant, or the status that refuses it; the client address is read only when a key's allowed list needs it. */
-  #authenticate(header: string, ex: ApiExchange): KeyGrant | 401 | 403 {
+  #authenticate(header: string, ex: ApiExchange): KeyGrant | 401 | 403 | 503 {
     const grant = this.#grantFor(header);
     if (grant === null || grant.revoked) return 401;
     if (grant.suspended || grant.plan === undefined) return 403;
-    if (grant.allowed !== null) {
-      const address = addressOf(ex.clientBytes());
-      if (!grant.allowed.some(([range, len]) => range.kind() === address.kind() && address.match(range as never, len))) return 403;
-    }
-    if (grant.id >= this.ctx.limits.maxKeys) throw new Error(`key id ${grant.id} beyond the limit table (${this.ctx.limits.maxKeys} keys): restart with a larger --max-keys`);
+    if (grant.allowed !== null && !allowedFrom(grant.allowed, ex.res.getRemoteAddress())) return 403;
+    // Only when another server on the data folder was started with a larger --max-keys: never a 500.
+    if (grant.slot >= this.ctx.limits.maxKeys) return 503;
     return grant;
   }
 
   /**
-   * A route that needs a key: authentication (401, 403; refusals are limited
+   * A route that needs a key: authentication (401, 403, 503; refusals are limited
    * per client address), then one request against the key's limits (429),
    * then the body (413, 415), then `handler`. Anything thrown answers 500, an
    * IprError of an API code its own status.
@@ -234,10 +236,10 @@ class Api {
           const v = this.ctx.limits.admitAddress(ex.clientBytes(), this.ctx.unkeyedPerSecond, now);
           if (!v.admitted) return ex.sendLimited(v, true);
           ex.window(v);
-          return ex.sendError(grant === 401 ? 'unauthorized' : 'forbidden');
+          return ex.sendError(grant === 401 ? 'unauthorized' : grant === 403 ? 'forbidden' : 'unavailable');
         }
         ex.key = grant.prefix;
-        const v = this.ctx.limits.admitKey(grant.id, grant.plan!, now);
+        const v = this.ctx.limits.admitKey(grant.slot, grant.id, grant.plan!, now);
         if (!v.admitted) return ex.sendLimited(v, false);
         ex.window(v);
         ex.handler = handler;
@@ -270,7 +272,7 @@ class Api {
     if (!Array.isArray(ips) || ips.length === 0 || ips.length > MAX_BATCH) return ex.sendError('invalid_batch', { max: MAX_BATCH });
     // One request was counted already; the batch counts one per address.
     if (ips.length > 1) {
-      const v = this.ctx.limits.admitKey(grant.id, grant.plan!, this.ctx.clock.now(), ips.length - 1);
+      const v = this.ctx.limits.admitKey(grant.slot, grant.id, grant.plan!, this.ctx.clock.now(), ips.length - 1);
       if (!v.admitted) return ex.sendLimited(v, false);
       ex.window(v);
     }

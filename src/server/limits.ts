@@ -7,10 +7,14 @@
  * Windows (docs/API.md "Limits"): the UTC calendar day, and the wall-clock second
  * (a fixed window: its Reset is the next whole second).
  *
- * Key slots are indexed by key id. Their counts are persisted by the main
- * thread (usage.ts) and loaded back on start. So that persisting costs what
- * changed and not the size of the table, a slot admitted since it was last
- * persisted is marked dirty (a bit of its lock word) and its id queued once
+ * Key slots are indexed by the key's slot (accounts.ts), which a new key
+ * reuses once its key is revoked. A slot records which key (id + 1) its
+ * counts belong to; the first admission of another key resets them, under
+ * the slot's lock, so a new key never starts with a revoked one's counts,
+ * whichever process made it. Counts are persisted by the main thread under
+ * that key's id (usage.ts) and loaded back on start. So that persisting
+ * costs what changed and not the size of the table, a slot admitted since it
+ * was last persisted is marked dirty (a bit of its lock word) and queued once
  * in a shared ring; the main thread drains the ring. Requests without a
  * valid key are limited per client address in a second, hashed table.
  */
@@ -22,12 +26,13 @@ const EPOCH_S = 1_577_836_800;
 // Words of a key slot. The lock word holds the lock (bit 0), "counted since
 // last persisted" (DIRTY) and "the day before ended since last persisted"
 // (ROLLED), so that one atomic operation takes the lock and reads them.
-const K_LOCK = 0, K_DAY = 1, K_DAY_COUNT = 2, K_SECOND = 3, K_SECOND_COUNT = 4, K_PREV_DAY = 5, K_PREV_COUNT = 6, K_LAST_USED = 7;
-const KEY_WORDS = 8;
+const K_LOCK = 0, K_DAY = 1, K_DAY_COUNT = 2, K_SECOND = 3, K_SECOND_COUNT = 4, K_PREV_DAY = 5, K_PREV_COUNT = 6, K_LAST_USED = 7, K_OWNER = 8;
+/** One 64-byte cache line per key: no two keys' locks share a line. */
+const KEY_WORDS = 16;
 const LOCKED = 1, DIRTY = 2, ROLLED = 4;
 // Words of the dirty ring: how many places workers have reserved, how many
 // the main thread has read (both counting on past 2^32, so the ring's size
-// is a power of two); then the ring (id + 1; 0: reserved, not written yet).
+// is a power of two); then the ring (slot + 1; 0: reserved, not written yet).
 const R_WRITE = 0, R_READ = 1, R_FIRST = 2;
 // Words of an address slot.
 const A_LOCK = 0, A_SECOND = 1, A_COUNT = 2, A_ADDRESS = 3; // 4 words of address
@@ -77,6 +82,13 @@ function unlock(words: Int32Array, at: number, bits = 0): void {
   Atomics.store(words, at, bits);
 }
 
+/** Makes the slot at `at` key `id`'s (under its lock): another key's counts are cleared first. */
+function claim(k: Int32Array, at: number, id: number): void {
+  if (k[at + K_OWNER] === id + 1) return;
+  k.fill(0, at + 1, at + KEY_WORDS);
+  k[at + K_OWNER] = id + 1;
+}
+
 export class Limits {
   readonly #keys: Int32Array;
   readonly #dirty: Uint32Array;
@@ -95,16 +107,17 @@ export class Limits {
   }
 
   /**
-   * Admits `n` requests of key `id` under `plan` at `nowMs`, or refuses them
-   * all. Daily limit first, then the per-second one.
+   * Admits `n` requests of key `id` (in `slot`) under `plan` at `nowMs`, or
+   * refuses them all. Daily limit first, then the per-second one.
    */
-  admitKey(id: number, plan: Plan, nowMs: number, n = 1): Verdict {
+  admitKey(slot: number, id: number, plan: Plan, nowMs: number, n = 1): Verdict {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     const day = Math.floor(nowMs / 86_400_000);
     const second = Math.floor(nowMs / 1000) - EPOCH_S;
     const v = this.verdict;
     let bits = lock(k, at + K_LOCK);
+    claim(k, at, id);
     const wasDirty = (bits & DIRTY) !== 0;
     if (k[at + K_DAY] !== day) {
       if (k[at + K_DAY] !== 0) {
@@ -139,7 +152,7 @@ export class Limits {
     const counted = k[at + K_DAY_COUNT]!;
     const inSecond = k[at + K_SECOND_COUNT]!;
     unlock(k, at + K_LOCK, bits);
-    if (!wasDirty && (bits & DIRTY) !== 0) this.#queueDirty(id);
+    if (!wasDirty && (bits & DIRTY) !== 0) this.#queueDirty(slot);
 
     const nowS = Math.floor(nowMs / 1000);
     const midnight = (day + 1) * 86_400;
@@ -204,30 +217,31 @@ export class Limits {
   }
 
   /** Queues a slot that just became dirty: once, until the main thread takes it (takeDirty). */
-  #queueDirty(id: number): void {
+  #queueDirty(slot: number): void {
     const r = this.#dirty;
     const place = Atomics.add(r, R_WRITE, 1) & (r.length - R_FIRST - 1);
-    Atomics.store(r, R_FIRST + place, id + 1);
+    Atomics.store(r, R_FIRST + place, slot + 1);
   }
 
-  /** Sets a key's count for a day (at start, from the persisted usage). */
-  loadKeyUsage(id: number, dayMs: number, requests: number): void {
+  /** Sets the count of key `id` (in `slot`) for a day (at start, from the persisted usage). */
+  loadKeyUsage(slot: number, id: number, dayMs: number, requests: number): void {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     const bits = lock(k, at + K_LOCK);
+    claim(k, at, id);
     k[at + K_DAY] = Math.floor(dayMs / 86_400_000);
     k[at + K_DAY_COUNT] = requests;
     unlock(k, at + K_LOCK, bits);
   }
 
   /**
-   * A consistent copy of key `id`'s counters: the current day and its count,
-   * the day before it and its final count (0 when none), last use in Unix ms
-   * (0 when never).
+   * A consistent copy of a slot's counters: the key they belong to, the
+   * current day and its count, the day before it and its final count (0 when
+   * none), last use in Unix ms (0 when never).
    */
-  readKey(id: number): KeyCounts {
+  readKey(slot: number): KeyCounts {
     const k = this.#keys;
-    const at = id * KEY_WORDS;
+    const at = slot * KEY_WORDS;
     const bits = lock(k, at + K_LOCK);
     const out = this.#counts(at, bits);
     unlock(k, at + K_LOCK, bits);
@@ -237,6 +251,7 @@ export class Limits {
   #counts(at: number, bits: number): KeyCounts {
     const k = this.#keys;
     return {
+      id: k[at + K_OWNER] === 0 ? null : k[at + K_OWNER]! - 1,
       day: k[at + K_DAY]!,
       requests: k[at + K_DAY_COUNT]!,
       prevDay: k[at + K_PREV_DAY]!,
@@ -251,10 +266,10 @@ export class Limits {
    * marks them clean (main thread only: one reader of the ring). A slot
    * counted again while this runs is queued again.
    */
-  takeDirty(): (KeyCounts & { id: number })[] {
+  takeDirty(): (KeyCounts & { slot: number })[] {
     const r = this.#dirty;
     const mask = r.length - R_FIRST - 1;
-    const taken: (KeyCounts & { id: number })[] = [];
+    const taken: (KeyCounts & { slot: number })[] = [];
     // Up to where workers had reserved places when the take began: a key
     // counted again meanwhile waits for the next take.
     const end = Atomics.load(r, R_WRITE);
@@ -264,11 +279,11 @@ export class Limits {
       if (entry === 0) break; // a worker reserved this place and has not written it yet: next time
       Atomics.store(r, place, 0);
       r[R_READ] = (read + 1) >>> 0;
-      const id = entry - 1;
+      const slot = entry - 1;
       const k = this.#keys;
-      const at = id * KEY_WORDS;
+      const at = slot * KEY_WORDS;
       const bits = lock(k, at + K_LOCK);
-      taken.push({ id, ...this.#counts(at, bits) });
+      taken.push({ slot, ...this.#counts(at, bits) });
       unlock(k, at + K_LOCK, 0);
     }
     return taken;
@@ -276,6 +291,8 @@ export class Limits {
 }
 
 export interface KeyCounts {
+  /** The id of the key the counts belong to; null: the slot was never used. */
+  id: number | null;
   /** Unix day (days since 1970-01-01) of the current count; 0: never counted. */
   day: number;
   requests: number;

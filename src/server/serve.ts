@@ -13,6 +13,7 @@ import { Worker } from 'node:worker_threads';
 import { IprError } from '../errors.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore } from '../store/accounts.js';
+import { privateFile } from '../private-files.js';
 import type { AdminServer, OperationsMetrics } from './admin.js';
 import { parseClockText, SharedClock, systemClock, type Clock } from '../clock.js';
 import { createLimitState, Limits } from './limits.js';
@@ -33,7 +34,11 @@ export interface ServeOptions {
   workers?: number;
   /** Test clock: a file holding Unix milliseconds or an ISO date (see src/clock.ts). */
   clockFile?: string;
-  /** Capacity of the shared limit table: keys with a higher id cannot be served. */
+  /**
+   * Size of the shared limit table: how many active keys the data folder may
+   * hold. Remembered in the account store (the CLI refuses keys past it); by
+   * default the size remembered, else 2^20.
+   */
   maxKeys?: number;
   /** Requests per second per client address without a valid key (docs/API.md "Limits": 20). */
   unkeyedPerSecond?: number;
@@ -43,6 +48,10 @@ export interface ServeOptions {
   signup?: boolean;
   /** Behind a reverse proxy: trust its X-Forwarded-Proto, -For and -Host headers in the dashboard. */
   trustProxy?: boolean;
+  /** Sign-ups the dashboard takes in 24 hours, from everyone together (default 1,000). */
+  signupsPerDay?: number;
+  /** Keys the dashboard makes in 24 hours, for every account together (default 10,000). */
+  keysPerDay?: number;
   /** Run `ipr update` with this sources configuration every intervalMs, in a child process. */
   update?: { sources: string; intervalMs: number; keep?: number };
   /** Serve /metrics and /provenance on this port (default host 127.0.0.1; any other needs a token). */
@@ -63,6 +72,8 @@ export interface RunningServer {
 }
 
 const USAGE_FLUSH_MS = 1000;
+export const DEFAULT_SIGNUPS_PER_DAY = 1000;
+export const DEFAULT_KEYS_PER_DAY = 10_000;
 /** Often enough that no request counter wraps twice between two reads (metrics.ts). */
 const METRICS_FOLD_MS = 60_000;
 /** Answers in flight plus uWS's 10 s idle timeout for keep-alive connections, with room. */
@@ -131,7 +142,9 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       log.info({ event: 'snapshot', path: info.path, built_at: info.built_at }, 'serving a newly published snapshot');
     },
   });
-  const store = new AccountStore(options.dataDir);
+  const fileModes = (message: string) => log.warn({ event: 'file_mode' }, message);
+  const store = new AccountStore(options.dataDir, fileModes);
+  if (options.accessLog !== undefined) privateFile(options.accessLog, fileModes);
   const plans = loadPlans();
   const openapi = JSON.stringify(openapiDocument(plans));
 
@@ -154,7 +167,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     clock = sharedClock;
   }
 
-  const limitState = createLimitState(options.maxKeys ?? 1 << 20);
+  if (options.maxKeys !== undefined) store.setKeySlots(options.maxKeys);
+  const limitState = createLimitState(store.keySlots());
   const usage = new UsageRecorder(store, new Limits(limitState), clock);
   usage.load();
 
@@ -170,7 +184,12 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         clock: sharedClock?.buffer ?? null,
         unkeyedPerSecond: options.unkeyedPerSecond ?? 20,
         openapi,
-        dashboard: { signup: options.signup ?? false, trustProxy: options.trustProxy ?? false },
+        dashboard: {
+          signup: options.signup ?? false,
+          trustProxy: options.trustProxy ?? false,
+          signupsPerDay: options.signupsPerDay ?? DEFAULT_SIGNUPS_PER_DAY,
+          keysPerDay: options.keysPerDay ?? DEFAULT_KEYS_PER_DAY,
+        },
         metrics: metricsBuffer,
         accessLog: options.accessLog ?? null,
       };
@@ -215,7 +234,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       // Loaded here: prom-client is for servers with an admin port, not every ipr command.
       const { OperationsMetrics, provenance, startAdmin } = await import('./admin.js');
       const reader = new MetricsReader(metricsBuffer);
-      operations = new OperationsMetrics(reader, snapshot);
+      operations = new OperationsMetrics(reader, snapshot, store);
       foldTimer = setInterval(() => reader.fold(), METRICS_FOLD_MS);
       admin = await startAdmin({
         host: options.admin.host ?? '127.0.0.1',

@@ -6,7 +6,8 @@
  * Keys are `ipr_` and 43 URL-safe characters (32 random bytes); only their
  * SHA-256 digest is stored, and keys are found by digest, so a lookup's
  * timing says nothing about the key. The first 8 characters, the "prefix",
- * are unique and shown in lists. Passwords are stored as scrypt hashes.
+ * are unique and shown in lists. Passwords are stored as scrypt hashes
+ * (passwords.ts).
  *
  * Every change that can alter an authorisation decision (a key created or
  * revoked, an account suspended or moved to another plan, allowed addresses)
@@ -20,21 +21,19 @@
  * asynchronous (lmdb-js commits them off the calling thread): a worker
  * answering the API never waits for a dashboard's disk sync.
  */
-import { createHash, randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { IprError } from '../errors.js';
 import { native } from '../native.js';
-import { canonicalAddress } from '../snapshot.js';
-
-const scrypt = promisify(scryptCallback) as (password: string, salt: Buffer, length: number, options: object) => Promise<Buffer>;
+import { normaliseAllowed } from './allowed.js';
+import { hasControlOrFormat } from '../text.js';
+import { normaliseEmail } from './emails.js';
+import { hashPassword, passwordMatches } from './passwords.js';
+import { PRIVATE_FILE_MODE, privateDir, privateFilesIn, tightenedToStderr, type OnTightened } from '../private-files.js';
 
 export const KEY_TAG = 'ipr_';
 export const PREFIX_LENGTH = 8;
-export const MIN_PASSWORD_LENGTH = 10;
-const SCRYPT = { N: 16384, r: 8, p: 1, length: 32 };
 
 export type AccountStatus = 'active' | 'suspended';
 
@@ -44,11 +43,23 @@ export interface Account {
   plan: string;
   status: AccountStatus;
   created: string;
+  /**
+   * Sessions are valid only while they carry this number; bumped to end
+   * every session of the account (suspension, sign out everywhere, a new
+   * password). Absent in accounts stored before it: 0.
+   */
+  sessionGeneration?: number;
 }
 
 export interface KeyRecord {
-  /** Sequential, never reused: the key's slot in the server's shared limit table. */
+  /** Sequential, never reused: what the key's usage is stored under. */
   id: number;
+  /**
+   * The key's slot in the server's shared limit table, below keySlots().
+   * Given back when the key is revoked and then reused by a new key (the
+   * limit table tells keys apart by id: limits.ts).
+   */
+  slot: number;
   account: string;
   name: string;
   prefix: string;
@@ -70,13 +81,34 @@ export interface Session {
   created: number;
   /** Unix ms of the last request seen, updated at most once a minute. */
   seen: number;
+  /** The account's sessionGeneration when the session began (absent: 0). */
+  generation?: number;
 }
 
 /** Attempts counted under one name (see countAttempt) in a fixed window. */
-interface AttemptCount {
+export interface AttemptCount {
   count: number;
   /** Unix ms at which the window ends. */
   ends: number;
+  /** For the sign-in limits of an account: Unix ms of its next free turn (dashboard/sign-in-limits.ts). */
+  turn?: number;
+}
+
+/**
+ * The count `c` as it stands at `nowMs` in windows of `windowMs`: a new,
+ * empty window when there is none or it has ended (a window begins at the
+ * first attempt after the last one ended).
+ */
+export function inWindow(c: AttemptCount | undefined, nowMs: number, windowMs: number): AttemptCount {
+  return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
+}
+
+/** The limit table's size unless `ipr serve --max-keys` said otherwise. */
+export const DEFAULT_KEY_SLOTS = 1 << 20;
+
+/** `account` with its session generation moved on: every session it had is over. */
+function endingSessions(account: Account): Account {
+  return { ...account, sessionGeneration: (account.sessionGeneration ?? 0) + 1 };
 }
 
 /** UTC day as YYYY-MM-DD. */
@@ -87,41 +119,6 @@ export function dayOf(ms: number): string {
 /** SHA-256, hex: how keys and session ids are stored. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
-}
-
-export function normaliseEmail(email: string): string {
-  const e = email.trim().toLowerCase();
-  if (e.length > 254 || !/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(e)) throw new IprError('invalid_argument', `not an email address: ${JSON.stringify(email)}`);
-  return e;
-}
-
-/** Validates a list of addresses or CIDR prefixes; returns them canonical. */
-export function normaliseAllowed(list: string[]): string[] {
-  return list.map((entry) => {
-    const [address, len, ...rest] = entry.trim().split('/');
-    const canonical = canonicalAddress(address);
-    const width = canonical?.includes(':') && !canonical.startsWith('::ffff:') ? 128 : 32;
-    const ok = canonical !== null && rest.length === 0 && (len === undefined || (/^[0-9]{1,3}$/.test(len) && Number(len) <= width));
-    if (!ok) throw new IprError('invalid_argument', `not an address or CIDR prefix: ${JSON.stringify(entry)}`);
-    return len === undefined ? canonical : `${canonical}/${Number(len)}`;
-  });
-}
-
-async function hashPassword(password: string): Promise<string> {
-  if (password.length < MIN_PASSWORD_LENGTH) {
-    throw new IprError('invalid_argument', `a password needs at least ${MIN_PASSWORD_LENGTH} characters`);
-  }
-  const salt = randomBytes(16);
-  const hash = await scrypt(password, salt, SCRYPT.length, { N: SCRYPT.N, r: SCRYPT.r, p: SCRYPT.p });
-  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${hash.toString('base64')}`;
-}
-
-async function passwordMatches(password: string, stored: string): Promise<boolean> {
-  const [scheme, N, r, p, salt, hash] = stored.split('$');
-  if (scheme !== 'scrypt' || !salt || !hash) return false;
-  const expected = Buffer.from(hash, 'base64');
-  const actual = await scrypt(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(N), r: Number(r), p: Number(p) });
-  return timingSafeEqual(actual, expected);
 }
 
 export class AccountStore {
@@ -135,13 +132,22 @@ export class AccountStore {
   readonly #meta: Database<number, string>;
   readonly #sessions: Database<Session, string>;
   readonly #attempts: Database<AttemptCount, string>;
+  /** Slots below `nextSlot` not held by an active key, lowest first. */
+  readonly #freeSlots: Database<true, number>;
   readonly #changes: ArrayBuffer;
   readonly #changeCount: Uint32Array;
 
-  constructor(dataDir: string) {
+  /**
+   * Opens (or makes) the store of `dataDir`. It holds password hashes and
+   * customer data: its folder is made 0700 and its files 0600, and looser
+   * ones left by an older version are tightened, each reported to `onTightened`.
+   */
+  constructor(dataDir: string, onTightened: OnTightened = tightenedToStderr) {
     const dir = path.join(dataDir, 'accounts');
-    mkdirSync(dir, { recursive: true });
-    this.#root = open({ path: dir, maxDbs: 16 });
+    privateDir(dir, onTightened);
+    // permissionsMode: lmdb-js creates data.mdb and lock.mdb with it (its default is 0664).
+    this.#root = open({ path: dir, maxDbs: 16, permissionsMode: PRIVATE_FILE_MODE } as Parameters<typeof open>[0]);
+    privateFilesIn(dir, onTightened);
     this.#accounts = this.#root.openDB({ name: 'accounts' });
     this.#keys = this.#root.openDB({ name: 'keys' });
     this.#keyIds = this.#root.openDB({ name: 'keyIds' });
@@ -151,8 +157,10 @@ export class AccountStore {
     this.#meta = this.#root.openDB({ name: 'meta' });
     this.#sessions = this.#root.openDB({ name: 'sessions' });
     this.#attempts = this.#root.openDB({ name: 'signInAttempts' });
+    this.#freeSlots = this.#root.openDB({ name: 'freeSlots' });
     this.#changes = native.mapChangeCounter(path.join(dir, 'changes'));
     this.#changeCount = new Uint32Array(this.#changes, 0, 1);
+    this.#giveKeysSlots();
   }
 
   /**
@@ -168,6 +176,77 @@ export class AccountStore {
     return this.#meta.get('nextKeyId') ?? 0;
   }
 
+  /**
+   * Once, on a store made before slots: every key takes the slot of its id
+   * (what the limit table used), and revoked keys give theirs back.
+   */
+  #giveKeysSlots(): void {
+    if (this.#meta.get('nextSlot') !== undefined || this.nextKeyId() === 0) return;
+    this.#root.transactionSync(() => {
+      if (this.#meta.get('nextSlot') !== undefined) return; // another process did it
+      for (const { key, value } of this.#keys.getRange()) {
+        if (value.slot === undefined) this.#keys.putSync(key, { ...value, slot: value.id });
+        if (value.revoked !== null) this.#freeSlots.putSync(value.id, true);
+      }
+      this.#meta.putSync('nextSlot', this.nextKeyId());
+    });
+  }
+
+  /** The size of the limit table keys are given slots of: `ipr serve --max-keys`, remembered here. */
+  keySlots(): number {
+    return this.#meta.get('keySlots') ?? DEFAULT_KEY_SLOTS;
+  }
+
+  /** Slots handed out so far are below this (some of them may be free again). */
+  nextSlot(): number {
+    return this.#meta.get('nextSlot') ?? 0;
+  }
+
+  /** Slots held by active keys. */
+  usedSlots(): number {
+    return this.nextSlot() - this.#freeSlots.getCount();
+  }
+
+  /**
+   * Sets the size of the limit table (`ipr serve --max-keys`). Refused when
+   * an active key holds a slot at or past it: that key could not be served.
+   */
+  setKeySlots(size: number): void {
+    this.#root.transactionSync(() => {
+      const next = this.nextSlot();
+      for (let slot = next - 1; slot >= size; slot--) {
+        if (this.#freeSlots.get(slot) === undefined) {
+          throw new IprError('invalid_argument', `--max-keys ${size}: an active key holds slot ${slot}; revoke keys, or keep at least ${slot + 1}`);
+        }
+        this.#freeSlots.removeSync(slot);
+      }
+      if (next > size) this.#meta.putSync('nextSlot', size);
+      this.#meta.putSync('keySlots', size);
+    });
+  }
+
+  /** Counts a refused creation (a key without a slot, over a daily cap...), for the admin port's metrics. */
+  countRefusal(reason: string): void {
+    void this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
+  }
+
+  /** Refusals counted by countRefusal, by reason. */
+  refusals(): Map<string, number> {
+    return new Map([...this.#meta.getRange({ start: 'refused:', end: 'refused;' })].map(({ key, value }) => [key.slice('refused:'.length), value]));
+  }
+
+  /** Takes a slot for a new key: the lowest free one, else the next new one; null when fewer than `reserve` + 1 are left. */
+  #takeSlot(reserve: number): number | null {
+    if (this.usedSlots() + reserve >= this.keySlots()) return null;
+    for (const slot of this.#freeSlots.getKeys({ limit: 1 })) {
+      this.#freeSlots.removeSync(slot);
+      return slot;
+    }
+    const slot = this.nextSlot();
+    this.#meta.putSync('nextSlot', slot + 1);
+    return slot;
+  }
+
   /** Runs `change` in a write transaction, then tells every process it committed. */
   #commitChange<T>(change: () => T): T {
     const result = this.#root.transactionSync(change);
@@ -175,8 +254,24 @@ export class AccountStore {
     return result;
   }
 
+  /**
+   * The account of `email` in any form of it (emails.ts). An address the
+   * current rules refuse is looked up as it is: an account stored before
+   * them (named by a key or a session) is still found.
+   */
   account(email: string): Account | undefined {
-    return this.#accounts.get(normaliseEmail(email));
+    let key: string;
+    try {
+      key = normaliseEmail(email);
+    } catch {
+      key = email;
+    }
+    return this.#accounts.get(key);
+  }
+
+  /** Every account, by email. */
+  listAccounts(): Account[] {
+    return [...this.#accounts.getRange()].map(({ value }) => value);
   }
 
   #requireAccount(email: string): Account {
@@ -205,8 +300,7 @@ export class AccountStore {
     } catch {
       account = undefined;
     }
-    // Without an account, hash anyway so the answer takes as long.
-    const ok = await passwordMatches(password, account?.passwordHash ?? `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`);
+    const ok = await passwordMatches(password, account?.passwordHash);
     return ok ? account : undefined;
   }
 
@@ -222,46 +316,81 @@ export class AccountStore {
     return this.#updateAccount(email, (a) => ({ ...a, plan }));
   }
 
+  /** Suspending an account ends its sessions for good: reactivating it does not bring them back. */
   setStatus(email: string, status: AccountStatus): Account {
-    return this.#updateAccount(email, (a) => ({ ...a, status }));
+    return this.#updateAccount(email, (a) => (status === 'suspended' ? endingSessions({ ...a, status }) : { ...a, status }));
   }
 
-  /** Creates a key; the key itself is returned here and never again. */
-  createKey(email: string, name: string, allowed: string[] = []): { key: string; record: KeyRecord } {
-    return this.createKeys(email, [name], allowed)[0]!;
+  /** Ends every dashboard session of the account. */
+  endSessions(email: string): Account {
+    return this.#updateAccount(email, endingSessions);
   }
 
-  /** Creates keys named `names`, all in one transaction (one sync, however many). */
-  createKeys(email: string, names: string[], allowed: string[] = []): { key: string; record: KeyRecord }[] {
+  /** Sets a new password (checked by passwords.ts) and ends every dashboard session of the account. */
+  async setPassword(email: string, password: string): Promise<Account> {
+    const passwordHash = await hashPassword(password);
+    return this.#updateAccount(email, (a) => endingSessions({ ...a, passwordHash }));
+  }
+
+  /**
+   * Creates a key; the key itself is returned here and never again. It
+   * takes a slot of the limit table: refused (key_slots_full) when none is
+   * free, or when no more than `reserve` would be left (the dashboard keeps
+   * some for the operator's CLI).
+   */
+  createKey(email: string, name: string, allowed: string[] = [], reserve = 0): { key: string; record: KeyRecord } {
+    return this.createKeys(email, [name], allowed, reserve)[0]!;
+  }
+
+  /** Creates keys named `names`, all in one transaction (one sync, however many), as createKey does one. */
+  createKeys(email: string, names: string[], allowed: string[] = [], reserve = 0): { key: string; record: KeyRecord }[] {
     const trimmed = names.map((name) => name.trim());
     if (trimmed.some((n) => n.length === 0 || n.length > 100)) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+    // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
+    if (trimmed.some(hasControlOrFormat)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
     const allowedList = normaliseAllowed(allowed);
-    return this.#commitChange(() => {
-      const account = this.#requireAccount(email);
-      return trimmed.map((name) => {
-        let key: string;
-        do key = KEY_TAG + randomBytes(32).toString('base64url');
-        while (this.#prefixes.get(key.slice(0, PREFIX_LENGTH)) !== undefined);
-        const id = this.nextKeyId();
-        const record: KeyRecord = {
-          id,
-          account: account.email,
-          name,
-          prefix: key.slice(0, PREFIX_LENGTH),
-          hash: keyDigest(key),
-          created: new Date().toISOString(),
-          lastUsed: null,
-          revoked: null,
-          allowed: allowedList,
-        };
-        this.#keys.putSync(record.hash, record);
-        this.#keyIds.putSync(id, record.hash);
-        this.#prefixes.putSync(record.prefix, id);
-        this.#accountKeys.putSync(account.email, id);
-        this.#meta.putSync('nextKeyId', id + 1);
-        return { key, record };
-      });
-    });
+    try {
+      return this.#commitChange(() => trimmed.map((name) => this.#createKey(email, name, allowedList, reserve)));
+    } catch (error) {
+      if (error instanceof IprError && error.code === 'key_slots_full') this.countRefusal('key_slots');
+      throw error;
+    }
+  }
+
+  /** One key of createKeys, inside its transaction. */
+  #createKey(email: string, trimmed: string, allowedList: string[], reserve: number): { key: string; record: KeyRecord } {
+    const account = this.#requireAccount(email);
+    let key: string;
+    do key = KEY_TAG + randomBytes(32).toString('base64url');
+    while (this.#prefixes.get(key.slice(0, PREFIX_LENGTH)) !== undefined);
+    const slot = this.#takeSlot(reserve);
+    if (slot === null) {
+      throw new IprError(
+        'key_slots_full',
+        reserve === 0
+          ? `no key can be made: all ${this.keySlots()} key slots of this data folder are taken (revoke keys, or restart ipr serve with a larger --max-keys)`
+          : 'This server cannot make more keys from the dashboard now; ask its operator.',
+      );
+    }
+    const id = this.nextKeyId();
+    const record: KeyRecord = {
+      id,
+      slot,
+      account: account.email,
+      name: trimmed,
+      prefix: key.slice(0, PREFIX_LENGTH),
+      hash: keyDigest(key),
+      created: new Date().toISOString(),
+      lastUsed: null,
+      revoked: null,
+      allowed: allowedList,
+    };
+    this.#keys.putSync(record.hash, record);
+    this.#keyIds.putSync(id, record.hash);
+    this.#prefixes.putSync(record.prefix, id);
+    this.#accountKeys.putSync(account.email, id);
+    this.#meta.putSync('nextKeyId', id + 1);
+    return { key, record };
   }
 
   keyByDigest(digest: string): KeyRecord | undefined {
@@ -295,9 +424,18 @@ export class AccountStore {
     });
   }
 
-  /** Revokes a key of the account, at once and for good. */
+  /** Revokes a key of the account, at once and for good; its slot is free for a new key. */
   revokeKey(email: string, prefix: string): KeyRecord {
-    return this.#updateKey(email, prefix, (k) => (k.revoked ? k : { ...k, revoked: new Date().toISOString() }));
+    return this.#updateKey(email, prefix, (k) => {
+      if (k.revoked) return k;
+      this.#freeSlots.putSync(k.slot, true);
+      return { ...k, revoked: new Date().toISOString() };
+    });
+  }
+
+  /** Every active key. */
+  activeKeys(): KeyRecord[] {
+    return [...this.#keys.getRange()].map(({ value }) => value).filter((k) => k.revoked === null);
   }
 
   setAllowed(email: string, prefix: string, allowed: string[]): KeyRecord {
@@ -361,25 +499,31 @@ export class AccountStore {
    * the last one ended.
    */
   countAttempt(limits: { name: string; max: number; windowMs: number }[], nowMs: number): Promise<number> {
-    return this.#root.transaction(() => {
-      const current = limits.map(({ name, windowMs }) => {
-        const c = this.#attempts.get(name);
-        return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
-      });
-      const full = current.filter((c, i) => c.count >= limits[i]!.max);
-      if (full.length > 0) return Math.max(...full.map((c) => c.ends - nowMs));
-      current.forEach((c, i) => this.#attempts.put(limits[i]!.name, { count: c.count + 1, ends: c.ends }));
-      return 0;
-    });
+    return this.changeAttempts(
+      limits.map((l) => l.name),
+      (counts) => {
+        const current = counts.map((c, i) => inWindow(c, nowMs, limits[i]!.windowMs));
+        const full = current.filter((c, i) => c.count >= limits[i]!.max);
+        if (full.length > 0) return { counts: [], result: Math.max(...full.map((c) => c.ends - nowMs)) };
+        return { counts: current.map((c) => ({ ...c, count: c.count + 1 })), result: 0 };
+      },
+    );
   }
 
-  /** Takes back one attempt counted under `name` (a sign-in that succeeded), or all of them when `all`. */
-  forgetAttempt(name: string, all = false): Promise<void> {
+  /**
+   * Reads the attempt counts under `names`, lets `change` decide, and writes
+   * what it returns (per name: a count, null to remove it, undefined to
+   * leave it), in one transaction across threads and processes. Resolves
+   * with its result.
+   */
+  changeAttempts<R>(names: string[], change: (counts: (AttemptCount | undefined)[]) => { counts: (AttemptCount | null | undefined)[]; result: R }): Promise<R> {
     return this.#root.transaction(() => {
-      const c = this.#attempts.get(name);
-      if (c === undefined) return;
-      if (all || c.count <= 1) this.#attempts.remove(name);
-      else this.#attempts.put(name, { count: c.count - 1, ends: c.ends });
+      const { counts, result } = change(names.map((name) => this.#attempts.get(name)));
+      counts.forEach((c, i) => {
+        if (c === null) this.#attempts.remove(names[i]!);
+        else if (c !== undefined) this.#attempts.put(names[i]!, c);
+      });
+      return result;
     });
   }
 
