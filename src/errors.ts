@@ -38,6 +38,10 @@ export const ERROR_CODES = {
   account_missing: { status: 404, message: 'No such account' },
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
+  // The shared customer store (Redis) and the snapshots distributed through it.
+  store_unavailable: { status: 503, message: 'The customer store cannot be reached' },
+  snapshot_refused: { status: 502, message: 'A distributed snapshot was refused' },
+  build_locked: { status: 409, message: 'Another node holds the builder lock' },
   // Answers of the dashboard's JSON endpoints (src/dashboard), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },

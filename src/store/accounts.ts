@@ -32,6 +32,7 @@ export const KEY_TAG = 'ipr_';
 export const PREFIX_LENGTH = 8;
 export const MIN_PASSWORD_LENGTH = 10;
 const SCRYPT = { N: 16384, r: 8, p: 1, length: 32 };
+const ABSENT_PASSWORD_HASH = `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`;
 
 export type AccountStatus = 'active' | 'suspended';
 
@@ -104,7 +105,8 @@ export function normaliseAllowed(list: string[]): string[] {
   });
 }
 
-async function hashPassword(password: string): Promise<string> {
+/** The scrypt hash of a password (refuses a password shorter than MIN_PASSWORD_LENGTH): what every store keeps. */
+export async function hashPassword(password: string): Promise<string> {
   if (password.length < MIN_PASSWORD_LENGTH) {
     throw new IprError('invalid_argument', `a password needs at least ${MIN_PASSWORD_LENGTH} characters`);
   }
@@ -113,7 +115,13 @@ async function hashPassword(password: string): Promise<string> {
   return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${hash.toString('base64')}`;
 }
 
-async function passwordMatches(password: string, stored: string): Promise<boolean> {
+/** Whether `password` matches a hash of hashPassword; `undefined` (no account) costs the same and is false. */
+export async function passwordMatches(password: string, stored: string | undefined): Promise<boolean> {
+  if (stored === undefined) {
+    // Without an account, hash anyway so the answer takes as long.
+    await passwordMatches(password, ABSENT_PASSWORD_HASH);
+    return false;
+  }
   const [scheme, N, r, p, salt, hash] = stored.split('$');
   if (scheme !== 'scrypt' || !salt || !hash) return false;
   const expected = Buffer.from(hash, 'base64');
@@ -193,9 +201,7 @@ export class AccountStore {
     } catch {
       account = undefined;
     }
-    // Without an account, hash anyway so the answer takes as long.
-    const ok = await passwordMatches(password, account?.passwordHash ?? `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=`);
-    return ok ? account : undefined;
+    return (await passwordMatches(password, account?.passwordHash)) ? account : undefined;
   }
 
   #updateAccount(email: string, change: (a: Account) => Account): Account {
