@@ -30,7 +30,8 @@
  * read on from there and get what they missed. When the stream no longer
  * holds everything after it (trimmed past it, or the store lost data and its
  * ids went back), they resync: read everything again, then follow from the
- * stream's last id.
+ * stream's last id. The stream keeps about STREAM_LENGTH entries: a node
+ * away for that many changes resyncs.
  */
 import { randomBytes } from 'node:crypto';
 import type { Change, ChangeFeedHandlers, ChangeFollower } from './types.js';
@@ -151,25 +152,28 @@ export async function followStream(
       };
     });
 
-  /** Where reading goes on after a (re)connect; resyncs when the stream cannot say what was missed. */
+  /**
+   * Where reading goes on after a (re)connect; resyncs when the stream cannot
+   * say what was missed. Trimming removes the oldest entries first, so while
+   * the entry at the position is still there, everything after it is too.
+   */
   const resume = async (conn: RedisConnection) => {
-    let last = '0-0';
-    let maxDeleted = '0-0';
-    const exists = (await conn.command<number>(key, ['EXISTS', key])) === 1;
-    if (exists) {
-      const info = await conn.command<unknown[]>(key, ['XINFO', 'STREAM', key]);
-      for (let i = 0; i + 1 < info.length; i += 2) {
-        if (info[i] === 'last-generated-id') last = String(info[i + 1]);
-        if (info[i] === 'max-deleted-entry-id') maxDeleted = String(info[i + 1]);
-      }
+    const info = new Map<string, unknown>();
+    if ((await conn.command<number>(key, ['EXISTS', key])) === 1) {
+      const flat = await conn.command<unknown[]>(key, ['XINFO', 'STREAM', key]);
+      for (let i = 0; i + 1 < flat.length; i += 2) info.set(String(flat[i]), flat[i + 1]);
     }
+    const last = String(info.get('last-generated-id') ?? '0-0');
     if (position === null) {
       position = last;
       return;
     }
-    const lost = compareIds(position, last) > 0; // the store went back (restored, or lost its data)
-    const trimmed = compareIds(maxDeleted, position) > 0; // entries after ours were deleted
-    if (lost || trimmed) {
+    let missed: boolean;
+    if (info.size === 0) missed = position !== '0-0'; // the stream is gone: the store lost its data
+    else if (compareIds(position, last) > 0) missed = true; // the store went back (restored from an older copy)
+    else if (position === '0-0') missed = Number(info.get('entries-added')) > Number(info.get('length'));
+    else missed = (await conn.command<unknown[]>(key, ['XRANGE', key, position, position])).length === 0;
+    if (missed) {
       position = last;
       await handlers.resync();
     }
