@@ -204,7 +204,7 @@ export async function followStream(
         }
       } catch (error) {
         connected = false;
-        options.onError?.(error);
+        if (!closed) options.onError?.(error);
         const stale = reader;
         reader = null;
         // A connection that timed out may still hold a blocking read: drop it.
