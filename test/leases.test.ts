@@ -7,72 +7,11 @@
  * usage added back on recovery, a revoked key, and calls retried through a
  * stalled network applied once.
  */
-import { spawn } from 'node:child_process';
-import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
 import { dayOf } from '../src/store/accounts.js';
 import { accountKeys, accountTag, RedisCustomerStore } from '../src/store/redis.js';
-import { root } from './helpers.js';
-import { startRedis, startRelay } from './redis.js';
-
-interface Plan {
-  name: string;
-  requestsPerDay: number | null;
-  requestsPerSecond: number;
-}
-
-interface NodeOptions {
-  url: string;
-  keys: { id: number; account: string; plan: Plan }[];
-  ms: number;
-  holdMs?: number;
-  rate?: number;
-  record?: boolean;
-  workers?: number;
-  idleReturnMs?: number;
-}
-
-interface NodeResult {
-  node: string;
-  admitted: number[];
-  refused: { day: number; second: number; pending: number; revoked: number };
-  times: number[][];
-  calls: number;
-  heldAtEnd: number[];
-  errors: string[];
-}
-
-/** Starts one process per options, starts them all at once, runs `during` meanwhile; resolves their results. */
-async function runNodes(t: Test, nodes: NodeOptions[], during: () => Promise<void> = async () => undefined): Promise<NodeResult[]> {
-  const children = nodes.map((options) => {
-    const child = spawn(process.execPath, [path.join(root, 'bench', 'lease-node.js'), JSON.stringify(options)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    t.teardown(() => {
-      if (child.exitCode === null) child.kill('SIGKILL');
-    });
-    const ready = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`node not ready:\n${err}`)), 20_000);
-      child.stdout.on('data', () => {
-        if (out.startsWith('ready\n')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-    });
-    const done = new Promise<NodeResult>((resolve, reject) => {
-      child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out.split('\n')[1]!) as NodeResult) : reject(new Error(`node exited ${code}:\n${err}`))));
-    });
-    return { child, ready, done };
-  });
-  await Promise.all(children.map((c) => c.ready));
-  for (const c of children) c.child.stdin.write('go\n');
-  const [results] = await Promise.all([Promise.all(children.map((c) => c.done)), during()]);
-  return results;
-}
+import { runLeaseNodes as runNodes, startRedis, startRelay, type NodeResult } from './redis.js';
 
 async function customer(t: Test, url: string, plan: string) {
   const store = await RedisCustomerStore.open(url);

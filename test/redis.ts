@@ -1,8 +1,8 @@
 /**
  * Real Redis for the tests: Debian's `redis-server` started on free loopback
  * ports in the test's own folder, a three-master Redis Cluster made with
- * `redis-cli --cluster create`, and a TCP relay that adds latency to a
- * connection or stalls it. Everything a test starts is stopped by its
+ * `redis-cli --cluster create`, a TCP relay that adds latency to a
+ * connection or stalls it, and simulated nodes keeping limit leases. Everything a test starts is stopped by its
  * teardown; every wait is bounded.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -10,7 +10,7 @@ import { mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import type { Test } from 'tap';
-import { testDir } from './helpers.js';
+import { root, testDir } from './helpers.js';
 
 export const REDIS_SERVER = '/usr/bin/redis-server';
 export const REDIS_CLI = '/usr/bin/redis-cli';
@@ -266,3 +266,66 @@ export async function startRelay(t: Test, targetPort: number): Promise<Relay> {
   t.teardown(() => relay.close());
   return relay;
 }
+
+export interface LeasePlan {
+  name: string;
+  requestsPerDay: number | null;
+  requestsPerSecond: number;
+}
+
+export interface LeaseNodeOptions {
+  url: string;
+  keys: { id: number; account: string; plan: LeasePlan }[];
+  ms: number;
+  holdMs?: number;
+  rate?: number;
+  record?: boolean;
+  workers?: number;
+  idleReturnMs?: number;
+}
+
+export interface NodeResult {
+  node: string;
+  admitted: number[];
+  refused: { day: number; second: number; pending: number; revoked: number };
+  times: number[][];
+  calls: number;
+  heldAtEnd: number[];
+  errors: string[];
+}
+
+/**
+ * Simulated nodes (bench/lease-node.js), one process per options: a real
+ * LeaseManager and worker threads admitting from its table. Starts them all
+ * at once, runs `during` meanwhile; resolves their results.
+ */
+export async function runLeaseNodes(t: Test, nodes: LeaseNodeOptions[], during: () => Promise<void> = async () => undefined): Promise<NodeResult[]> {
+  const children = nodes.map((options) => {
+    const child = spawn(process.execPath, [path.join(root, 'bench', 'lease-node.js'), JSON.stringify(options)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    t.teardown(() => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    const ready = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`node not ready:\n${err}`)), 20_000);
+      child.stdout.on('data', () => {
+        if (out.startsWith('ready\n')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
+    const done = new Promise<NodeResult>((resolve, reject) => {
+      child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out.split('\n')[1]!) as NodeResult) : reject(new Error(`node exited ${code}:\n${err}`))));
+    });
+    return { child, ready, done };
+  });
+  await Promise.all(children.map((c) => c.ready));
+  for (const c of children) c.child.stdin.write('go\n');
+  const [results] = await Promise.all([Promise.all(children.map((c) => c.done)), during()]);
+  return results;
+}
+

@@ -167,6 +167,7 @@ export class RedisConnection {
     };
     const client: Client = url.cluster
       ? (createCluster({
+          RESP: 2,
           rootNodes: url.nodes.map((n) => ({ socket: { host: n.host, port: n.port, ...socket } })),
           defaults: { ...common, socket },
         }) as unknown as RedisClusterType)
@@ -247,18 +248,6 @@ export class RedisConnection {
   async time(key?: string): Promise<number> {
     const [s, us] = await this.command<[string, string]>(key, ['TIME']);
     return Number(s) * 1000 + Number(us) / 1000;
-  }
-
-  /** Every master of the store: the one server, or each master of a Cluster (for SCAN). */
-  masters(): { command<T = unknown>(args: (string | number)[]): Promise<T> }[] {
-    if (!this.cluster) return [{ command: <T>(args: (string | number)[]) => this.command<T>(undefined, args) }];
-    const cluster = this.#client as RedisClusterType;
-    return cluster.masters.map((node) => ({
-      command: async <T>(args: (string | number)[]) => {
-        const client = await cluster.nodeClient(node);
-        return this.#timed(client.sendCommand<T>(args.map(String)), String(args[0]));
-      },
-    }));
   }
 
   /** Closes at once, failing whatever is still waiting for an answer (a blocking read). */
