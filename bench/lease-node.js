@@ -10,7 +10,8 @@
 // workers (1), ms (how long requests are made), holdMs (how long the node
 // keeps running after that, before it shuts down), rate (requests per second
 // per key; 0: as fast as possible), record (keep each admission's time),
-// idleReturnMs. It prints "ready", waits for a line on stdin, runs, shuts
+// idleReturnMs, steadyAfterMs (also report the calls made and requests
+// admitted after this long, per second of the run). It prints "ready", waits for a line on stdin, runs, shuts
 // down (returning what it holds) and prints one line of JSON: admitted and
 // refused counts, admission times when recorded, calls made to Redis.
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
@@ -43,7 +44,10 @@ if (isMainThread) {
   await new Promise((resolve) => createInterface({ input: process.stdin }).once('line', resolve));
   Atomics.store(go, 0, 1);
   Atomics.notify(go, 0);
+  let callsBeforeSteady = 0;
+  if (options.steadyAfterMs !== undefined) setTimeout(() => (callsBeforeSteady = manager.calls), options.steadyAfterMs);
   const results = await Promise.all(workers.map(message));
+  const steadyCalls = manager.calls - callsBeforeSteady;
   await new Promise((resolve) => setTimeout(resolve, options.holdMs ?? 0));
   const held = options.keys.map((_, slot) => table.peek(slot, (s) => s.tokens));
   await manager.close();
@@ -56,6 +60,8 @@ if (isMainThread) {
       refused: Object.fromEntries(['day', 'second', 'pending', 'revoked'].map((kind) => [kind, results.reduce((n, r) => n + r.refused[kind], 0)])),
       times: options.keys.map((_, k) => results.flatMap((r) => r.times[k]).sort((a, b) => a - b)),
       calls: manager.calls,
+      steadyCalls,
+      perSecond: results.reduce((sum, r) => r.perSecond.map((n, i) => n + (sum[i] ?? 0)), []),
       heldAtEnd: held,
       errors: errors.slice(0, 5),
     })}\n`,
@@ -69,7 +75,9 @@ if (isMainThread) {
   const admitted = keys.map(() => 0);
   const times = keys.map(() => []);
   const refused = { day: 0, second: 0, pending: 0, revoked: 0 };
-  const end = Date.now() + ms;
+  const start = Date.now();
+  const end = start + ms;
+  const perSecond = Array.from({ length: Math.ceil(ms / 1000) + 1 }, () => 0);
   // Paced: each worker makes its share of `rate` per key per second, evenly spaced.
   const gapMs = rate > 0 ? (1000 * workers) / rate : 0;
   let next = Date.now() + (gapMs * index) / workers;
@@ -89,12 +97,14 @@ if (isMainThread) {
         v = table.admit(slot, keys[slot].plan, later);
         if (v.admitted) {
           admitted[slot]++;
+          perSecond[Math.floor((later - start) / 1000)]++;
           if (record) times[slot].push(later);
           continue;
         }
       }
       if (v.admitted) {
         admitted[slot]++;
+        perSecond[Math.floor((now - start) / 1000)]++;
         if (record) times[slot].push(now);
       } else {
         refused[v.refusedBy]++;
@@ -103,5 +113,5 @@ if (isMainThread) {
     // Let the thread's event loop run (the waits above need it) without slowing the loop much.
     if (gapMs === 0 && (admitted[0] + refused.second + refused.day) % 64 === 0) await new Promise((resolve) => setImmediate(resolve));
   }
-  parentPort.postMessage({ admitted, refused, times });
+  parentPort.postMessage({ admitted, refused, times, perSecond });
 }
