@@ -45,9 +45,16 @@ if (isMainThread) {
   Atomics.store(go, 0, 1);
   Atomics.notify(go, 0);
   let callsBeforeSteady = 0;
-  if (options.steadyAfterMs !== undefined) setTimeout(() => (callsBeforeSteady = manager.calls), options.steadyAfterMs);
+  let byBeforeSteady = { ...manager.callsBy };
+  if (options.steadyAfterMs !== undefined) {
+    setTimeout(() => {
+      callsBeforeSteady = manager.calls;
+      byBeforeSteady = { ...manager.callsBy };
+    }, options.steadyAfterMs);
+  }
   const results = await Promise.all(workers.map(message));
   const steadyCalls = manager.calls - callsBeforeSteady;
+  const steadyCallsBy = Object.fromEntries(Object.entries(manager.callsBy).map(([why, n]) => [why, n - byBeforeSteady[why]]));
   await new Promise((resolve) => setTimeout(resolve, options.holdMs ?? 0));
   const held = options.keys.map((_, slot) => table.peek(slot, (s) => s.tokens));
   await manager.close();
@@ -61,6 +68,7 @@ if (isMainThread) {
       times: options.keys.map((_, k) => results.flatMap((r) => r.times[k]).sort((a, b) => a - b)),
       calls: manager.calls,
       steadyCalls,
+      steadyCallsBy,
       perSecond: results.reduce((sum, r) => r.perSecond.map((n, i) => n + (sum[i] ?? 0)), []),
       heldAtEnd: held,
       errors: errors.slice(0, 5),

@@ -51,13 +51,14 @@ import { dayOf } from '../store/accounts.js';
 import { accountKeys, accountTag } from '../store/redis.js';
 import { LuaScript, type RedisConnection } from '../store/redis-connection.js';
 import type { Plan } from '../plans.js';
+import { lock, unlock } from './limits.js';
 
 const DAY_MS = 86_400_000;
 /** Seconds are stored relative to this (2020-01-01), as in limits.ts. */
 const EPOCH_S = 1_577_836_800;
 
-/** Allowance terms: long while a key's nodes together ask for under half its limit, short when they compete. */
-export const TERM_LONG_MS = 30_000;
+/** Allowance terms: long unless several nodes together ask for more than half the key's limit (then they compete). */
+export const TERM_LONG_MS = 60_000;
 export const TERM_SHORT_MS = 3_000;
 /** An allowance is renewed this long before it ends. */
 export const RENEW_BEFORE_MS = 1_500;
@@ -151,7 +152,8 @@ local P, wanted = tonumber(ARGV[6]), tonumber(ARGV[8])
 if status == 'ok' and wanted > 0 then
   local target = math.min(wanted, P)
   if demand > P then target = math.min(target, math.max(1, math.floor(P * tonumber(ARGV[14]) / demand))) end
-  local term = (demand * 2 > P) and ${TERM_SHORT_MS} or ${TERM_LONG_MS}
+  -- Short terms only when nodes compete for the key (shares change quickly); one node alone keeps long ones.
+  local term = (nodes > 1 and demand * 2 > P) and ${TERM_SHORT_MS} or ${TERM_LONG_MS}
   local current, currentEnd, lastEnd = 0, 0, 0
   for _, en in ipairs(entries) do
     if en[4] then
@@ -168,7 +170,8 @@ if status == 'ok' and wanted > 0 then
     local more = math.min(target - current, free, math.max(needed, math.floor(free / 2)))
     if more > 0 then grant(more, now, e); lastEnd = math.max(lastEnd, e) end
   end
-  if lastEnd > now and lastEnd - now <= ${RENEW_BEFORE_MS} then
+  -- The node asks RENEW_BEFORE_MS before the end as it sees it, which is earlier than the true end.
+  if lastEnd > now and lastEnd - now <= 2 * ${RENEW_BEFORE_MS} then
     local e = math.ceil((lastEnd + term) / 1000) * 1000
     local next = math.min(target, P - peak(lastEnd, e))
     if next > 0 then grant(next, lastEnd, e) end
@@ -263,16 +266,6 @@ async function waitWithTimer(words: Int32Array, at: number, value: number, timeo
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([waited.value, new Promise((resolve) => (timer = setTimeout(resolve, timeoutMs)))]);
   clearTimeout(timer);
-}
-
-function lock(words: Int32Array, at: number): void {
-  while (Atomics.compareExchange(words, at, 0, 1) !== 0) {
-    // held for a few instructions by another thread: spin
-  }
-}
-
-function unlock(words: Int32Array, at: number): void {
-  Atomics.store(words, at, 0);
 }
 
 /** The leases of one node's keys in shared memory: what worker threads admit requests from. */
@@ -536,6 +529,14 @@ export class SlotAccess {
   }
 }
 
+/**
+ * Why the manager called Redis for a key: a worker asked (no budget held, or
+ * refused by the per-second allowance), its daily tokens ran low, its day's
+ * budget was all reserved (asked again now and then), its allowance ends
+ * soon, it went idle, its usage was due, or the node shuts down.
+ */
+export type CallReason = 'asked' | 'top-up' | 'exhausted' | 'renewal' | 'idle' | 'report' | 'close';
+
 /** A key the manager keeps leases for. */
 export interface LeasedKey {
   id: number;
@@ -544,14 +545,14 @@ export interface LeasedKey {
 }
 
 /** Daily lease sizing: about this many seconds of the key's traffic per lease, within these bounds. */
-export const LEASE_HORIZON_S = 30;
+export const LEASE_HORIZON_S = 60;
 export const MIN_LEASE = 8;
 /** Ask for more when what is left would last less than this at the key's rate. */
 const TOP_UP_AHEAD_S = 5;
 /** Give back what an idle key holds after this long without a request. */
 export const IDLE_RETURN_MS = 10_000;
 /** Report usage at least this often while a key is used (the dashboard of another node sees it that late). */
-export const USAGE_REPORT_MS = 30_000;
+export const USAGE_REPORT_MS = 60_000;
 const TICK_MS = 250;
 
 interface Tracked {
@@ -605,8 +606,9 @@ export interface LeaseManagerOptions {
  */
 export class LeaseManager {
   readonly nodeId: string;
-  /** Calls made to Redis (for the benchmark and the metrics). */
+  /** Calls made to Redis (for the benchmark and the metrics), and why: the reasons below. */
   calls = 0;
+  readonly callsBy: Record<CallReason, number> = { asked: 0, 'top-up': 0, exhausted: 0, renewal: 0, idle: 0, report: 0, close: 0 };
   /** Since when Redis has not answered (0: it answers). */
   staleSince = 0;
   readonly #byslot = new Map<number, Tracked>();
@@ -654,7 +656,7 @@ export class LeaseManager {
       remaining: -1,
       failures: 0,
     });
-    void this.#call(this.#byslot.get(slot)!, 'need');
+    void this.#call(this.#byslot.get(slot)!, 'asked');
   }
 
   /** Runs the top-up loop and the wake-ups from workers. */
@@ -673,7 +675,7 @@ export class LeaseManager {
         if (k === undefined) continue;
         this.table.update(slot, (s) => s.clearWanted());
         // A key that just got nothing waits for the tick (other nodes hold its budget): no call per request.
-        if (k.inflight === null && (k.lastGranted || Date.now() - k.lastCall >= TICK_MS)) void this.#call(k, 'need');
+        if (k.inflight === null && (k.lastGranted || Date.now() - k.lastCall >= TICK_MS)) void this.#call(k, 'asked');
       }
     }
   }
@@ -699,11 +701,11 @@ export class LeaseManager {
       if (idle) {
         if (s.held || s.unreported || k.usage.size > 0 || k.allowanceEnd > now) void this.#call(k, 'idle');
       } else if (usable && !unlimited && !exhausted && (s.tokens < Math.max(k.rate * TOP_UP_AHEAD_S, k.lastGrant / 4) || now >= s.until - RENEW_BEFORE_MS)) {
-        void this.#call(k, 'need');
+        void this.#call(k, 'top-up');
       } else if (usable && exhausted && asked > 0 && now - k.lastCall >= 1000) {
-        void this.#call(k, 'need');
+        void this.#call(k, 'exhausted');
       } else if (usable && k.allowanceEnd > 0 && k.allowanceEnd - now <= RENEW_BEFORE_MS) {
-        void this.#call(k, 'need');
+        void this.#call(k, 'renewal');
       } else if (now - k.lastCall >= USAGE_REPORT_MS && s.unreported) {
         void this.#call(k, 'report');
       }
@@ -711,7 +713,7 @@ export class LeaseManager {
   }
 
   /** One LEASE call for key `k` (what it asks depends on `why`); retried with the same arguments until answered. */
-  #call(k: Tracked, why: 'need' | 'idle' | 'report' | 'close'): Promise<void> {
+  #call(k: Tracked, why: CallReason): Promise<void> {
     if (k.inflight !== null) return k.inflight;
     const run = async () => {
       if (k.pendingArgs === null) k.pendingArgs = this.#arguments(k, why);
@@ -719,6 +721,7 @@ export class LeaseManager {
       const sent = Date.now();
       try {
         this.calls++;
+        this.callsBy[why]++;
         const reply = await this.connection.script<string>(LEASE, [keys.account, keys.revoked, keys.lease(k.key.id), keys.usage(k.key.id), keys.lastUsed], k.pendingArgs);
         const received = Date.now();
         k.pendingArgs = null;
@@ -743,7 +746,7 @@ export class LeaseManager {
     return k.inflight;
   }
 
-  #arguments(k: Tracked, why: 'need' | 'idle' | 'report' | 'close'): string[] {
+  #arguments(k: Tracked, why: CallReason): string[] {
     const plan = k.key.plan;
     const ending = why === 'idle' || why === 'close';
     // Take what the table counted, and (when ending) what it holds, out of it first.

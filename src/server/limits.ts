@@ -49,13 +49,14 @@ export function createLimitState(maxKeys: number, addressSlots = 1 << 16): Share
   };
 }
 
-function lock(words: Int32Array, at: number): void {
+/** Takes the spinlock in words[at] (held for a few instructions by whoever has it). Also used by leases.ts. */
+export function lock(words: Int32Array, at: number): void {
   while (Atomics.compareExchange(words, at, 0, 1) !== 0) {
     // Held for a few instructions by another thread: spin.
   }
 }
 
-function unlock(words: Int32Array, at: number): void {
+export function unlock(words: Int32Array, at: number): void {
   Atomics.store(words, at, 0);
 }
 
