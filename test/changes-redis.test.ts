@@ -39,6 +39,20 @@ async function until(what: string, ok: () => boolean, timeoutMs = 5000): Promise
   }
 }
 
+/** Waits until the writer's own connection answers again (it reconnects by itself). */
+async function answering(store: RedisCustomerStore): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      await store.connection.command(undefined, ['PING']);
+      return;
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+}
+
 t.test('revocations reach a follower within a second (p99 over 100)', async (t) => {
   const redis = await startRedis(t);
   const writer = await RedisCustomerStore.open(redis.url);
@@ -109,6 +123,7 @@ t.test('after a Redis restart and after SIGSTOP/SIGCONT, the follower goes on wh
   await redis.kill();
   await redis.restart();
   await until('the follower back', () => following.connected, 10_000);
+  await answering(writer);
   let at = Date.now();
   await writer.revokeKey('cat@example.com', made[0]!.prefix);
   await until('the revocation after a restart', () => seen.some((s) => s.change.type === 'key-revoked' && s.change.digest === made[0]!.hash), 3000);
@@ -117,6 +132,7 @@ t.test('after a Redis restart and after SIGSTOP/SIGCONT, the follower goes on wh
   redis.pause();
   await new Promise((resolve) => setTimeout(resolve, 3000));
   redis.resume();
+  await answering(writer);
   at = Date.now();
   await writer.revokeKey('cat@example.com', made[1]!.prefix);
   await until('the revocation after SIGCONT', () => seen.some((s) => s.change.type === 'key-revoked' && s.change.digest === made[1]!.hash), 5000);
@@ -162,7 +178,6 @@ t.test('a change written but never announced is published by the outbox sweep', 
   t.teardown(() => writer.close());
   await writer.createAccount('eve@example.com', 'a long password', 'pro');
   const { record } = await writer.createKey('eve@example.com', 'k');
-  const { seen } = await follower(t, redis.url);
   // The stream key holds a string: XADD fails after the revocation was written, as if the writer had died there.
   const stream = 'ipr:{changes}';
   const entries = await writer.connection.command<[string, string[]][]>(stream, ['XRANGE', stream, '-', '+']);
@@ -172,6 +187,7 @@ t.test('a change written but never announced is published by the outbox sweep', 
   t.match((await writer.keyByDigest(record.hash))!.revoked, /^\d{4}-/, 'the revocation itself was written');
   await writer.connection.command(stream, ['DEL', stream]);
   for (const [, fields] of entries) await writer.connection.command(stream, ['XADD', stream, '*', ...fields]);
+  const { seen } = await follower(t, redis.url);
   t.equal(await writer.sweepOutbox(60_000), 0, 'within the grace period the writer may still finish');
   t.equal(await writer.sweepOutbox(0), 1, 'past it, the change is published');
   t.equal(await writer.sweepOutbox(0), 0, 'once');

@@ -205,6 +205,7 @@ const W_DAY_ADMITTED = 16;
 const W_EXHAUSTED_DAY = 17;
 const W_REMAINING = 18;
 const W_SECOND_REFUSED = 19;
+const W_BRIDGE = 30;
 const F_DAY_UNTIL = 20;
 const F_ALLOW_1_FROM = 22;
 const F_ALLOW_1_UNTIL = 24;
@@ -292,6 +293,9 @@ export class LeaseTable {
     let a = 0;
     if (f[(at + F_ALLOW_1_FROM) / 2]! <= now && now < f[(at + F_ALLOW_1_UNTIL) / 2]!) a += w[at + W_ALLOW_1]!;
     if (f[(at + F_ALLOW_2_FROM) / 2]! <= now && now < f[(at + F_ALLOW_2_UNTIL) / 2]!) a += w[at + W_ALLOW_2]!;
+    // Between the first's end and the second's start as this node sees them (a round trip apart when
+    // the second continues the first): whichever is in force, the smaller of the two is safe.
+    if (a === 0 && f[(at + F_ALLOW_1_UNTIL) / 2]! <= now && now < f[(at + F_ALLOW_2_FROM) / 2]!) a = w[at + W_BRIDGE]!;
     return a;
   }
 
@@ -495,8 +499,12 @@ export class SlotAccess {
     this.w[this.at + W_EXHAUSTED_DAY] = day;
     this.w[this.at + W_REMAINING] = remaining;
   }
-  /** The node's two allowances: [requests per second, usable from, usable until] each (local ms). */
-  setAllowances(first: [number, number, number], second: [number, number, number]): void {
+  /**
+   * The node's two allowances: [requests per second, usable from, usable until] each (local ms), and
+   * what may be used between them (the smaller, when the second continues the first in Redis time; else 0).
+   */
+  setAllowances(first: [number, number, number], second: [number, number, number], bridge = 0): void {
+    this.w[this.at + W_BRIDGE] = bridge;
     this.w[this.at + W_ALLOW_1] = first[0];
     this.f[(this.at + F_ALLOW_1_FROM) / 2] = first[1];
     this.f[(this.at + F_ALLOW_1_UNTIL) / 2] = first[2];
@@ -835,6 +843,8 @@ export class LeaseManager {
     const first: [number, number, number] =
       current.length === 0 ? [0, 0, 0] : [current.reduce((n, [a]) => n + a, 0), received, toLocalUntil(Math.min(...current.map(([, , e]) => e)))];
     const second: [number, number, number] = next === undefined ? [0, 0, 0] : [next[0], toLocalFrom(next[1]), toLocalUntil(next[2])];
+    const continues = next !== undefined && current.length > 0 && next[1] === Math.min(...current.map(([, , e]) => e));
+    const bridge = continues ? Math.min(first[0], next[0]) : 0;
     const lastEnd = Math.max(0, ...entries.map(([, , e]) => e));
     k.allowanceEnd = lastEnd > 0 ? toLocalUntil(lastEnd) : 0;
     k.lastGranted = grantedTokens > 0 || entries.length > 0;
@@ -859,7 +869,7 @@ export class LeaseManager {
         s.setRemaining(d, Number(remaining));
         s.credit = Math.min(k.lastGrant, Math.floor(Number(remaining) / Math.max(1, k.nodes)));
       }
-      s.setAllowances(first, second);
+      s.setAllowances(first, second, bridge);
     });
   }
 

@@ -81,7 +81,7 @@ function changeOf(fields: string[]): Change | null {
     const digest = f.get('digest');
     return Number.isInteger(key) && digest !== undefined ? { type, account, key, digest } : null;
   }
-  if (type === 'account-created' || type === 'account-plan' || type === 'account-status' || type === 'account-sessions') return { type, account };
+  if (type === 'account-created' || type === 'account-plan' || type === 'account-status') return { type, account };
   return null;
 }
 

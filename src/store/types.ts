@@ -37,9 +37,7 @@ export interface DayUsage {
  */
 export type Change =
   | { type: 'key-created' | 'key-revoked' | 'key-allowed'; account: string; key: number; digest: string }
-  | { type: 'account-created' | 'account-plan' | 'account-status' | 'account-sessions'; account: string };
-
-export type ChangeType = Change['type'];
+  | { type: 'account-created' | 'account-plan' | 'account-status'; account: string };
 
 export interface ChangeFeedHandlers {
   /** A change made anywhere (this node included), in the order the feed holds them. */
