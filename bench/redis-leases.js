@@ -47,7 +47,7 @@ const port = await freePort();
 const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
 for (let i = 0; ; i++) {
   try {
-    if (execFileSync('redis-cli', ['-p', String(port), 'PING'], { encoding: 'utf8' }).trim() === 'PONG') break;
+    if (execFileSync('redis-cli', ['-p', String(port), 'PING'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() === 'PONG') break;
   } catch {}
   if (i > 100) throw new Error('redis-server did not start');
   await new Promise((resolve) => setTimeout(resolve, 50));
