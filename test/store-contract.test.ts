@@ -42,6 +42,7 @@ for (const [kind, open] of stores) {
     const { key, record } = await store.createKey('ann@example.com', 'prod', ['203.0.113.0/24']);
     t.match(record, { account: 'ann@example.com', name: 'prod', prefix: key.slice(0, 8), hash: keyDigest(key), revoked: null, lastUsed: null, allowed: ['203.0.113.0/24'] });
     t.same(await store.keyByDigest(keyDigest(key)), record);
+    if (store instanceof LmdbCustomerStore) t.same(store.directory.keyByDigest(keyDigest(key)), record, 'and synchronously, as the request path reads it');
     t.equal(await store.keyByDigest(keyDigest('ipr_unknown')), undefined);
     await store.createKey('ann@example.com', 'dev');
     t.same((await store.listKeys('ann@example.com')).map((k) => k.name), ['prod', 'dev']);

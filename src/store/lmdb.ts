@@ -9,7 +9,7 @@
  * always done with it (drop every cached key).
  */
 import { AccountStore, type Account, type AccountStatus, type KeyRecord, type Session } from './accounts.js';
-import type { AttemptLimit, ChangeFeedHandlers, ChangeFollower, CustomerStore, DayUsage } from './types.js';
+import type { AttemptLimit, ChangeFeedHandlers, ChangeFollower, CustomerStore, DayUsage, KeyDirectory } from './types.js';
 
 const FOLLOW_POLL_MS = 250;
 
@@ -20,6 +20,11 @@ export class LmdbCustomerStore implements CustomerStore {
 
   static open(dataDir: string): LmdbCustomerStore {
     return new LmdbCustomerStore(new AccountStore(dataDir));
+  }
+
+  /** What the request path reads: the LMDB store itself, synchronous (each worker opens its own). */
+  get directory(): KeyDirectory {
+    return this.store;
   }
 
   async account(email: string): Promise<Account | undefined> {
