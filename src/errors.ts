@@ -43,6 +43,9 @@ export const ERROR_CODES = {
   key_missing: { status: 404, message: 'No such key' },
   server_failed: { status: 500, message: 'The server could not start' },
   host_refused: { status: 403, message: 'Without an admin token this port answers only requests for localhost' },
+  // The shared customer store (Redis) and the snapshots distributed through it.
+  snapshot_refused: { status: 502, message: 'A distributed snapshot was refused' },
+  build_locked: { status: 409, message: 'Another node holds the builder lock' },
   // Answers of the dashboard's JSON endpoints (docs/API.md "Codes of the dashboard"), beside the API codes above.
   invalid_request: { status: 400, message: 'The request is not valid' },
   sign_in_failed: { status: 401, message: 'Wrong email or password' },

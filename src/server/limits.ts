@@ -68,8 +68,8 @@ export function createLimitState(maxKeys: number, addressSlots = 1 << 16): Share
   };
 }
 
-/** Takes a slot's lock; returns the other bits of its lock word. */
-function lock(words: Int32Array, at: number): number {
+/** Takes a slot's lock; returns the other bits of its lock word. Also used by leases.ts. */
+export function lock(words: Int32Array, at: number): number {
   for (;;) {
     const bits = Atomics.load(words, at) & ~LOCKED;
     if (Atomics.compareExchange(words, at, bits, bits | LOCKED) === bits) return bits;
@@ -78,7 +78,7 @@ function lock(words: Int32Array, at: number): number {
 }
 
 /** Releases a slot's lock, leaving `bits` in its lock word. */
-function unlock(words: Int32Array, at: number, bits = 0): void {
+export function unlock(words: Int32Array, at: number, bits = 0): void {
   Atomics.store(words, at, bits);
 }
 
