@@ -18,7 +18,7 @@ import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import ipaddr from 'ipaddr.js';
 import type { Clock } from '../clock.js';
 import { ERROR_CODES, errorBody, IprError, type ErrorCode } from '../errors.js';
-import { addressOf, Exchange, JSON_TYPE, mappedBytes, parseJsonObject, type ExchangeScope, type Header } from '../http/exchange.js';
+import { addressOf, Exchange, JSON_TYPE, lastOf, parseJsonObject, type ExchangeScope, type Header } from '../http/exchange.js';
 import { Router, type Method } from '../http/router.js';
 import type { Logger } from '../log.js';
 import type { AccountStore } from '../store/accounts.js';
@@ -33,7 +33,8 @@ export interface DashboardOptions {
    * The server runs behind a reverse proxy (`ipr serve --trust-proxy`): its
    * X-Forwarded-Proto says whether the client used HTTPS (then cookies are
    * Secure), the last address of X-Forwarded-For is the client's (sign-in
-   * limits), X-Forwarded-Host the host the client asked for (Origin check).
+   * limits; the exchange reads it), X-Forwarded-Host the host the client
+   * asked for (Origin check).
    */
   trustProxy: boolean;
   /** Sign-ups taken in 24 hours, from everyone together (`--max-signups-per-day`). */
@@ -98,12 +99,6 @@ interface Incoming {
   ifNoneMatch: string;
 }
 
-/** The last value of a list header (what the nearest proxy wrote). */
-function lastOf(header: string): string {
-  const comma = header.lastIndexOf(',');
-  return (comma < 0 ? header : header.slice(comma + 1)).trim();
-}
-
 function addressName(address: ipaddr.IPv4 | ipaddr.IPv6): string {
   if (address.kind() === 'ipv4') return address.toString();
   const v6 = address as ipaddr.IPv6;
@@ -116,9 +111,28 @@ function addressName(address: ipaddr.IPv4 | ipaddr.IPv6): string {
 class DashboardExchange extends Exchange {
   readonly req: Incoming;
 
-  constructor(res: HttpResponse, scope: ExchangeScope, head: boolean, req: Incoming) {
-    super(res, scope, head);
-    this.req = req;
+  /** Begins in the route's synchronous top: `params` route parameters are read with the rest of `req`. */
+  constructor(res: HttpResponse, req: HttpRequest, scope: ExchangeScope, params: number) {
+    super(res, req, scope, req.getMethod() === 'head');
+    this.req = this.#incoming(req, params, scope.trustProxy);
+  }
+
+  /** What any handler may need of the request (nothing here throws). */
+  #incoming(req: HttpRequest, params: number, trust: boolean): Incoming {
+    const forwardedHost = trust ? lastOf(req.getHeader('x-forwarded-host')) : '';
+    return {
+      params: Array.from({ length: params }, (_, i) => req.getParameter(i)),
+      sessionId: Sessions.idFromCookie(req.getHeader('cookie')),
+      csrf: req.getHeader('x-csrf-token'),
+      origin: req.getHeader('origin'),
+      fetchSite: req.getHeader('sec-fetch-site'),
+      host: forwardedHost || req.getHeader('host'),
+      secure: trust && lastOf(req.getHeader('x-forwarded-proto')).toLowerCase() === 'https',
+      address: addressName(addressOf(this.clientBytes())),
+      contentType: req.getHeader('content-type'),
+      contentLength: req.getHeader('content-length'),
+      ifNoneMatch: req.getHeader('if-none-match'),
+    };
   }
 
   protected override writeHeaders(res: HttpResponse): void {
@@ -191,29 +205,8 @@ class Dashboard {
     this.signupPlan = [...ctx.plans.keys()][0]!;
   }
 
-  /** Reads what any handler may need of the request, in the synchronous top (nothing here throws). */
-  incoming(res: HttpResponse, req: HttpRequest, params: number): Incoming {
-    const trust = this.ctx.trustProxy;
-    const forwardedFor = trust ? lastOf(req.getHeader('x-forwarded-for')) : '';
-    const address = trust && ipaddr.isValid(forwardedFor) ? ipaddr.parse(forwardedFor) : addressOf(mappedBytes(res.getRemoteAddress()));
-    const forwardedHost = trust ? lastOf(req.getHeader('x-forwarded-host')) : '';
-    return {
-      params: Array.from({ length: params }, (_, i) => req.getParameter(i)),
-      sessionId: Sessions.idFromCookie(req.getHeader('cookie')),
-      csrf: req.getHeader('x-csrf-token'),
-      origin: req.getHeader('origin'),
-      fetchSite: req.getHeader('sec-fetch-site'),
-      host: forwardedHost || req.getHeader('host'),
-      secure: trust && lastOf(req.getHeader('x-forwarded-proto')).toLowerCase() === 'https',
-      address: addressName(address),
-      contentType: req.getHeader('content-type'),
-      contentLength: req.getHeader('content-length'),
-      ifNoneMatch: req.getHeader('if-none-match'),
-    };
-  }
-
   begin(res: HttpResponse, req: HttpRequest, params: number): DashboardExchange {
-    return new DashboardExchange(res, this.ctx, req.getMethod() === 'head', this.incoming(res, req, params));
+    return new DashboardExchange(res, req, this.ctx, params);
   }
 
   notFoundPage(ex: DashboardExchange): void {

@@ -16,7 +16,8 @@
  */
 import { STATUS_CODES } from 'node:http';
 import ipaddr from 'ipaddr.js';
-import type { HttpResponse } from 'uWebSockets.js';
+import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
+import { parseAddress } from '../address.js';
 import { IprError } from '../errors.js';
 
 /** What every exchange of a worker shares. */
@@ -25,6 +26,12 @@ export interface ExchangeScope {
   draining(): boolean;
   /** Requests begun and not yet answered, for a graceful shutdown. */
   inflight: { count: number };
+  /**
+   * The server runs behind a reverse proxy (`ipr serve --trust-proxy`): the
+   * client is the last address of X-Forwarded-For, which the nearest proxy
+   * wrote. Without it the header is ignored.
+   */
+  trustProxy: boolean;
 }
 
 export type Header = readonly [name: string, value: string];
@@ -99,12 +106,17 @@ export class Exchange {
    * bytes): send() need not cork again.
    */
   readonly #inCallbacksOnly: boolean;
+  /** The client a trusted proxy named (X-Forwarded-For), as written; '' when none. */
+  readonly #forwardedFor: string;
+  #client: Uint8Array | null = null;
 
-  constructor(res: HttpResponse, scope: ExchangeScope, head: boolean, inCallbacksOnly = false) {
+  /** Begins an exchange in the route's synchronous top (`req` is read here and not kept). */
+  constructor(res: HttpResponse, req: HttpRequest, scope: ExchangeScope, head: boolean, inCallbacksOnly = false) {
     this.res = res;
     this.scope = scope;
     this.head = head;
     this.#inCallbacksOnly = inCallbacksOnly;
+    this.#forwardedFor = scope.trustProxy ? lastOf(req.getHeader('x-forwarded-for')) : '';
     scope.inflight.count++;
     res.onAborted(() => {
       this.#aborted = true;
@@ -159,13 +171,22 @@ export class Exchange {
     else res.end(body, close);
   }
 
-  /** The client's address as 16 bytes, IPv4 as IPv4-mapped. */
+  /**
+   * The client's address as 16 bytes, IPv4 as IPv4-mapped: the connection's
+   * peer, or behind a trusted proxy the address it forwarded (when that is
+   * an address, by the addon's strict parser).
+   */
   clientBytes(): Uint8Array {
-    return mappedBytes(this.res.getRemoteAddress());
+    if (this.#client === null) {
+      const forwarded = this.#forwardedFor === '' ? null : forwardedBytes(this.#forwardedFor);
+      this.#client = forwarded ?? mappedBytes(this.res.getRemoteAddress());
+    }
+    return this.#client;
   }
 
-  /** The client's address as text (what uWS reports), for logs. */
+  /** The client's address as text, for logs: the forwarded one when it is an address, else what uWS reports. */
   clientText(): string {
+    if (this.#forwardedFor !== '' && forwardedBytes(this.#forwardedFor) !== null) return this.#forwardedFor;
     return Buffer.from(this.res.getRemoteAddressAsText()).toString('latin1');
   }
 
@@ -222,6 +243,26 @@ function endHead(res: HttpResponse, length: number, close: boolean): void {
   }
   res.writeHeader('Content-Length', String(length));
   res.endWithoutBody();
+}
+
+/** The last value of a list header (what the nearest proxy wrote). */
+export function lastOf(header: string): string {
+  const comma = header.lastIndexOf(',');
+  return (comma < 0 ? header : header.slice(comma + 1)).trim();
+}
+
+/** A forwarded address as 16 bytes (IPv4 as IPv4-mapped); null when it is not an address. */
+function forwardedBytes(text: string): Uint8Array | null {
+  const bytes = new Uint8Array(16);
+  const family = parseAddress(text, bytes);
+  if (family === 0) return null;
+  if (family === 4) {
+    bytes.copyWithin(12, 0, 4);
+    bytes.fill(0, 0, 10);
+    bytes[10] = 0xff;
+    bytes[11] = 0xff;
+  }
+  return bytes;
 }
 
 /** An address uWS reports (4 or 16 bytes) as 16 bytes, IPv4 as IPv4-mapped. */

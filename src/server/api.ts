@@ -85,9 +85,9 @@ class ApiExchange extends Exchange implements BodyReader {
   /** `?explain=1`: the answer adds the evidence behind its flags (docs/API.md "Evidence"). */
   explain = false;
 
-  constructor(api: Api, res: HttpResponse, route: number, head: boolean) {
+  constructor(api: Api, res: HttpResponse, req: HttpRequest, route: number, head: boolean) {
     // The API answers from a route's top or its body callback only: corked by uWS.
-    super(res, api.ctx, head, true);
+    super(res, req, api.ctx, head, true);
     this.#api = api;
     this.route = route;
     this.id = api.nextId();
@@ -211,7 +211,7 @@ class Api {
     const grant = this.#grantFor(header);
     if (grant === null || grant.revoked) return 401;
     if (grant.suspended || grant.plan === undefined) return 403;
-    if (grant.allowed !== null && !allowedFrom(grant.allowed, ex.res.getRemoteAddress())) return 403;
+    if (grant.allowed !== null && !allowedFrom(grant.allowed, ex.clientBytes().buffer as ArrayBuffer)) return 403;
     // Only when another server on the data folder was started with a larger --max-keys: never a 500.
     if (grant.slot >= this.ctx.limits.maxKeys) return 503;
     return grant;
@@ -225,7 +225,7 @@ class Api {
    */
   keyed(route: number, maxBody: number, handler: KeyedHandler) {
     return (res: HttpResponse, req: HttpRequest): void => {
-      const ex = new ApiExchange(this, res, route, false);
+      const ex = new ApiExchange(this, res, req, route, false);
       try {
         const authorization = req.getHeader('authorization');
         const body = { contentType: req.getHeader('content-type'), contentLength: req.getHeader('content-length') };
@@ -281,25 +281,25 @@ class Api {
 
   /** GET /v1/health: 200 while serving, 503 while draining. */
   health = (res: HttpResponse, req: HttpRequest): void => {
-    const ex = new ApiExchange(this, res, Route.Health, req.getMethod() === 'head');
+    const ex = new ApiExchange(this, res, req, Route.Health, req.getMethod() === 'head');
     const healthy = !this.ctx.draining();
     ex.send(healthy ? 200 : 503, healthy ? '{"status":"healthy"}' : '{"status":"unavailable"}');
   };
 
   /** GET /v1/openapi.json. */
   openapi = (res: HttpResponse, req: HttpRequest): void => {
-    new ApiExchange(this, res, Route.OpenApi, req.getMethod() === 'head').send(200, this.ctx.openapi);
+    new ApiExchange(this, res, req, Route.OpenApi, req.getMethod() === 'head').send(200, this.ctx.openapi);
   };
 
   /** 405, with the methods the path has. */
   methodNotAllowed = (res: HttpResponse, req: HttpRequest, allowed: string[], pattern: string): void => {
-    const ex = new ApiExchange(this, res, ROUTES.indexOf(pattern as (typeof ROUTES)[number]), req.getMethod() === 'head');
+    const ex = new ApiExchange(this, res, req, ROUTES.indexOf(pattern as (typeof ROUTES)[number]), req.getMethod() === 'head');
     ex.send(405, errorBody('method_not_allowed', { allowed }), [['Allow', allowed.join(', ')]]);
   };
 
   /** Any other path: 404. */
   notFound = (res: HttpResponse, req: HttpRequest): void => {
-    new ApiExchange(this, res, Route.Other, req.getMethod() === 'head').sendError('not_found');
+    new ApiExchange(this, res, req, Route.Other, req.getMethod() === 'head').sendError('not_found');
   };
 }
 

@@ -63,6 +63,7 @@ try {
     clock: data.clock ? new SharedClock(data.clock) : systemClock,
     draining: () => draining,
     inflight,
+    trustProxy: data.dashboard.trustProxy,
   };
   const app = uws.App();
   mountApi(app, {
