@@ -243,14 +243,15 @@ export class Limits {
     const k = this.#keys;
     const at = slot * KEY_WORDS;
     const bits = lock(k, at + K_LOCK);
-    const out = this.#counts(at, bits);
+    const out = this.#counts(slot, at, bits);
     unlock(k, at + K_LOCK, bits);
     return out;
   }
 
-  #counts(at: number, bits: number): KeyCounts {
+  #counts(slot: number, at: number, bits: number): KeyCounts {
     const k = this.#keys;
     return {
+      slot,
       id: k[at + K_OWNER] === 0 ? null : k[at + K_OWNER]! - 1,
       day: k[at + K_DAY]!,
       requests: k[at + K_DAY_COUNT]!,
@@ -266,10 +267,10 @@ export class Limits {
    * marks them clean (main thread only: one reader of the ring). A slot
    * counted again while this runs is queued again.
    */
-  takeDirty(): (KeyCounts & { slot: number })[] {
+  takeDirty(): KeyCounts[] {
     const r = this.#dirty;
     const mask = r.length - R_FIRST - 1;
-    const taken: (KeyCounts & { slot: number })[] = [];
+    const taken: KeyCounts[] = [];
     // Up to where workers had reserved places when the take began: a key
     // counted again meanwhile waits for the next take.
     const end = Atomics.load(r, R_WRITE);
@@ -283,7 +284,7 @@ export class Limits {
       const k = this.#keys;
       const at = slot * KEY_WORDS;
       const bits = lock(k, at + K_LOCK);
-      taken.push({ slot, ...this.#counts(at, bits) });
+      taken.push(this.#counts(slot, at, bits));
       unlock(k, at + K_LOCK, 0);
     }
     return taken;
@@ -291,6 +292,7 @@ export class Limits {
 }
 
 export interface KeyCounts {
+  slot: number;
   /** The id of the key the counts belong to; null: the slot was never used. */
   id: number | null;
   /** Unix day (days since 1970-01-01) of the current count; 0: never counted. */

@@ -26,8 +26,11 @@ export class UsageRecorder {
   /** Per slot: the key (id + 1) whose last use was written, and that last use in Unix seconds. */
   readonly #lastUsedOwner: Uint32Array;
   readonly #lastUsedWritten: Uint32Array;
-  /** Keys whose last use moved by less than the step since it was written: their slot and last use (Unix ms), by key id. */
-  readonly #lastUsedPending = new Map<number, { slot: number; ms: number }>();
+  /** "YYYY-MM-DD" by Unix day: a flush names the same day or two for every key. */
+  readonly #dayNames = new Map<number, string>();
+  /** Per slot: a last use (Unix ms; 0: none) not written yet because it moved by less than the step, and its key (id + 1). */
+  readonly #pendingMs: Float64Array;
+  readonly #pendingOwner: Uint32Array;
 
   constructor(store: AccountStore, limits: Limits, clock: Clock) {
     this.#store = store;
@@ -35,6 +38,8 @@ export class UsageRecorder {
     this.#clock = clock;
     this.#lastUsedOwner = new Uint32Array(limits.maxKeys);
     this.#lastUsedWritten = new Uint32Array(limits.maxKeys);
+    this.#pendingMs = new Float64Array(limits.maxKeys);
+    this.#pendingOwner = new Uint32Array(limits.maxKeys);
   }
 
   /** Loads today's persisted counts of the active keys into their slots of the limit table. */
@@ -47,6 +52,16 @@ export class UsageRecorder {
     }
   }
 
+  #dayName(unixDay: number): string {
+    let name = this.#dayNames.get(unixDay);
+    if (name === undefined) {
+      if (this.#dayNames.size > 8) this.#dayNames.clear();
+      name = dayOf(unixDay * DAY_MS);
+      this.#dayNames.set(unixDay, name);
+    }
+    return name;
+  }
+
   /** Writes the counts of every key counted since the previous flush; `final` (at shutdown) every last use too. */
   flush(final = false): void {
     const counts: { id: number; day: string; requests: number }[] = [];
@@ -55,17 +70,24 @@ export class UsageRecorder {
       lastUsed.push({ id, at: new Date(ms).toISOString() });
       this.#lastUsedOwner[slot] = id + 1;
       this.#lastUsedWritten[slot] = ms / 1000;
-      this.#lastUsedPending.delete(id);
+      this.#pendingMs[slot] = 0;
     };
     for (const k of this.#limits.takeDirty()) {
       if (k.id === null) continue;
-      counts.push({ id: k.id, day: dayOf(k.day * DAY_MS), requests: k.requests });
-      if (k.rolled) counts.push({ id: k.id, day: dayOf(k.prevDay * DAY_MS), requests: k.prevRequests });
+      counts.push({ id: k.id, day: this.#dayName(k.day), requests: k.requests });
+      if (k.rolled) counts.push({ id: k.id, day: this.#dayName(k.prevDay), requests: k.prevRequests });
       const written = this.#lastUsedOwner[k.slot] === k.id + 1 ? this.#lastUsedWritten[k.slot]! * 1000 : 0;
       if (k.lastUsedMs - written >= LAST_USED_STEP_MS) writeLastUsed(k.slot, k.id, k.lastUsedMs);
-      else if (k.lastUsedMs !== 0) this.#lastUsedPending.set(k.id, { slot: k.slot, ms: k.lastUsedMs });
+      else if (k.lastUsedMs !== 0) {
+        this.#pendingMs[k.slot] = k.lastUsedMs;
+        this.#pendingOwner[k.slot] = k.id + 1;
+      }
     }
-    if (final) for (const [id, { slot, ms }] of this.#lastUsedPending) writeLastUsed(slot, id, ms);
+    if (final) {
+      for (let slot = 0; slot < this.#pendingMs.length; slot++) {
+        if (this.#pendingMs[slot] !== 0) writeLastUsed(slot, this.#pendingOwner[slot]! - 1, this.#pendingMs[slot]!);
+      }
+    }
     this.#store.recordUsage(counts, lastUsed);
   }
 }
