@@ -229,7 +229,8 @@ class Api {
       try {
         const authorization = req.getHeader('authorization');
         const body = { contentType: req.getHeader('content-type'), contentLength: req.getHeader('content-length') };
-        ex.explain = req.getQuery('explain') === '1';
+        const query = req.getQuery();
+        ex.explain = query !== '' && new URLSearchParams(query).get('explain') === '1';
         const now = this.ctx.clock.now();
         const grant = this.#authenticate(authorization, ex);
         if (typeof grant === 'number') {
