@@ -206,93 +206,62 @@ bool TrieView::Validate(const uint8_t* data, size_t size, unsigned key_bits, std
 }
 
 template <typename K, int kKeyBits>
-void TrieView::WalkMany(const K* keys, size_t n, uint64_t* values) const {
-  // kGroup walks in flight, each one memory step per pass: a step prefetches
-  // what the lane reads at its next pass, so every pass issues up to kGroup
-  // independent misses. A lane that reaches its leaf takes the next key at
-  // once (the walks are of unequal depth, IPv6 ones very much so): no lane
-  // waits for the deepest walk of a group.
-  enum Step : uint8_t { kDirect, kNode, kLeaf, kIdle };
-  struct Lane {
-    const K* key;
-    uint64_t* value;
-    uint32_t index;  // the direct entry, node or leaf the lane reads next
-    int offset;      // key bits consumed
-    Step step;
-  };
-  Lane lanes[kGroup];
-  size_t next = 0;
-  auto start = [&](Lane& lane) {
-    if (next == n) {
-      lane.step = kIdle;
-      return;
-    }
-    lane.key = keys + next;
-    lane.value = values + next;
-    ++next;
-    lane.index = static_cast<uint32_t>(*lane.key >> (kKeyBits - direct_bits_));
-    lane.offset = direct_bits_;
-    lane.step = kDirect;
-    __builtin_prefetch(direct_ + 4 * size_t{lane.index});
-  };
-  size_t active = 0;
-  for (Lane& lane : lanes) {
-    start(lane);
-    active += lane.step != kIdle;
+void TrieView::WalkGroup(const K* keys, size_t n, uint64_t* values) const {
+  uint32_t index[kGroup];  // the node a lane reads next, or its leaf once done walking
+  bool at_leaf[kGroup];
+  bool walking = false;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t entry = Load32(direct_ + 4 * static_cast<size_t>(keys[i] >> (kKeyBits - direct_bits_)));
+    at_leaf[i] = (entry & kDirectLeaf) != 0;
+    index[i] = entry & ~kDirectLeaf;
+    walking |= !at_leaf[i];
+    __builtin_prefetch(at_leaf[i] ? leaves_ + 8 * size_t{index[i]} : nodes_ + sizeof(TrieNode) * size_t{index[i]});
   }
-  while (active > 0) {
-    for (Lane& lane : lanes) {
-      switch (lane.step) {
-        case kIdle:
-          continue;
-        case kDirect: {
-          uint32_t entry = Load32(direct_ + 4 * size_t{lane.index});
-          lane.index = entry & ~kDirectLeaf;
-          lane.step = (entry & kDirectLeaf) ? kLeaf : kNode;
-          break;
-        }
-        case kNode: {
-          if (lane.index >= node_count_ || lane.offset >= kKeyBits) {
-            // Damaged after Validate (trie.h), or deeper than the key
-            // (unreachable in a validated trie): end on leaf 0.
-            lane.index = 0;
-            lane.step = kLeaf;
-            break;
-          }
-          TrieNode node;
-          std::memcpy(&node, nodes_ + sizeof(TrieNode) * size_t{lane.index}, sizeof node);
-          unsigned slot = static_cast<unsigned>((*lane.key << lane.offset) >> (kKeyBits - kStride));
-          uint64_t upto = (uint64_t{2} << slot) - 1;
-          lane.offset += kStride;
-          if (node.children & (uint64_t{1} << slot)) {
-            lane.index = node.child_base + static_cast<uint32_t>(__builtin_popcountll(node.children & upto)) - 1;
-          } else {
-            lane.index = node.leaf_base + static_cast<uint32_t>(__builtin_popcountll(node.leaf_starts & upto)) - 1;
-            lane.step = kLeaf;
-          }
-          break;
-        }
-        case kLeaf:
-          *lane.value = LeafAt(lane.index);
-          start(lane);
-          if (lane.step == kIdle) --active;
-          continue;  // start() prefetched the new key's direct entry
+  int offset = direct_bits_;
+  for (int level = 0; walking && level < max_levels_; ++level, offset += kStride) {
+    walking = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (at_leaf[i]) continue;
+      if (index[i] >= node_count_) {  // damaged after Validate (trie.h): end on leaf 0
+        index[i] = 0;
+        at_leaf[i] = true;
+        continue;
       }
-      __builtin_prefetch(lane.step == kLeaf ? leaves_ + 8 * size_t{lane.index} : nodes_ + sizeof(TrieNode) * size_t{lane.index});
+      TrieNode node;
+      std::memcpy(&node, nodes_ + sizeof(TrieNode) * size_t{index[i]}, sizeof node);
+      unsigned slot = static_cast<unsigned>((keys[i] << offset) >> (kKeyBits - kStride));
+      uint64_t upto = (uint64_t{2} << slot) - 1;
+      if (node.children & (uint64_t{1} << slot)) {
+        index[i] = node.child_base + static_cast<uint32_t>(__builtin_popcountll(node.children & upto)) - 1;
+        __builtin_prefetch(nodes_ + sizeof(TrieNode) * size_t{index[i]});
+        walking = true;
+      } else {
+        index[i] = node.leaf_base + static_cast<uint32_t>(__builtin_popcountll(node.leaf_starts & upto)) - 1;
+        __builtin_prefetch(leaves_ + 8 * size_t{index[i]});
+        at_leaf[i] = true;
+      }
     }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // A lane still at a node went deeper than the key: unreachable in a validated trie.
+    values[i] = LeafAt(at_leaf[i] ? index[i] : 0);
   }
 }
 
 void TrieView::LookupManyV4(const uint32_t* addrs, size_t n, uint64_t* values) const {
-  uint64_t keys[256];  // left-aligned in 64 bits, as Walk takes them
-  for (size_t base = 0; base < n; base += 256) {
-    size_t count = n - base < 256 ? n - base : 256;
+  uint64_t keys[kGroup];  // left-aligned in 64 bits, as Walk takes them
+  for (size_t base = 0; base < n; base += kGroup) {
+    size_t count = n - base < kGroup ? n - base : kGroup;
     for (size_t i = 0; i < count; ++i) keys[i] = uint64_t{addrs[base + i]} << 32;
-    WalkMany<uint64_t, 64>(keys, count, values + base);
+    WalkGroup<uint64_t, 64>(keys, count, values + base);
   }
 }
 
-void TrieView::LookupManyV6(const u128* addrs, size_t n, uint64_t* values) const { WalkMany<u128, 128>(addrs, n, values); }
+void TrieView::LookupManyV6(const u128* addrs, size_t n, uint64_t* values) const {
+  for (size_t base = 0; base < n; base += kGroup) {
+    WalkGroup<u128, 128>(addrs + base, n - base < kGroup ? n - base : kGroup, values + base);
+  }
+}
 
 std::vector<uint32_t> TrieView::SubdividedBlocks() const {
   std::vector<uint32_t> blocks;
