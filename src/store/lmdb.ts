@@ -31,6 +31,10 @@ export class LmdbCustomerStore implements CustomerStore {
     return this.store.account(email);
   }
 
+  async listAccounts(): Promise<Account[]> {
+    return this.store.listAccounts();
+  }
+
   createAccount(email: string, password: string, plan: string): Promise<Account> {
     return this.store.createAccount(email, password, plan);
   }

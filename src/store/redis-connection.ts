@@ -233,6 +233,27 @@ export class RedisConnection {
     return this.#timed(sent, String(args[0]), timeoutMs);
   }
 
+  /**
+   * Every key whose full name matches `pattern` (SCAN, so Redis never blocks
+   * on it), on every master of a Cluster. Keys made or removed during the
+   * scan may or may not be in the answer.
+   */
+  async scan(pattern: string): Promise<string[]> {
+    const clients: RedisClientType[] = this.cluster
+      ? await Promise.all((this.#client as RedisClusterType).masters.map((m) => (this.#client as RedisClusterType).nodeClient(m) as Promise<RedisClientType>))
+      : [this.#client as RedisClientType];
+    const found: string[] = [];
+    for (const client of clients) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.#timed(client.sendCommand<[string, string[]]>(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000']), 'SCAN');
+        found.push(...keys);
+        cursor = next;
+      } while (cursor !== '0');
+    }
+    return found;
+  }
+
   /** Runs `script` on `keys` (full names, one hash slot) with `args`. */
   async script<T = unknown>(script: LuaScript, keys: string[], args: (string | number)[]): Promise<T> {
     const tail = [String(keys.length), ...keys, ...args.map(String)];

@@ -235,6 +235,13 @@ export class RedisCustomerStore implements CustomerStore {
     return accountOf(await this.connection.command<string[]>(k.account, ['HGETALL', k.account]));
   }
 
+  /** Every account, by email. */
+  async listAccounts(): Promise<Account[]> {
+    const names = await this.connection.scan(this.connection.key('{a:*}:account'));
+    const accounts = await Promise.all(names.map(async (name) => accountOf(await this.connection.command<string[]>(name, ['HGETALL', name]))));
+    return accounts.filter((a): a is Account => a !== undefined).sort((a, b) => (a.email < b.email ? -1 : a.email > b.email ? 1 : 0));
+  }
+
   async createAccount(email: string, password: string, plan: string): Promise<Account> {
     const normal = normaliseEmail(email);
     const account: Account = { email: normal, passwordHash: await hashPassword(password), plan, status: 'active', created: new Date().toISOString() };

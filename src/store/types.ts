@@ -63,6 +63,8 @@ export interface CustomerStore {
   readonly kind: 'lmdb' | 'redis';
 
   account(email: string): Promise<Account | undefined>;
+  /** Every account, by email. */
+  listAccounts(): Promise<Account[]>;
   /** Throws IprError account_exists. */
   createAccount(email: string, password: string, plan: string): Promise<Account>;
   /** The account when the password is right, else undefined (the same work either way). */
