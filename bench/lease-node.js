@@ -97,12 +97,12 @@ if (isMainThread) {
     }
     for (let slot = 0; slot < keys.length; slot++) {
       const now = Date.now();
-      let v = table.admit(slot, keys[slot].plan, now);
+      let v = table.admitKey(slot, 0, keys[slot].plan, now);
       if (v.refusedBy === 'pending') {
         // What a server does with such a request: wait (briefly) for the manager, then ask again.
         await table.whenChanged(slot, 200);
         const later = Date.now();
-        v = table.admit(slot, keys[slot].plan, later);
+        v = table.admitKey(slot, 0, keys[slot].plan, later);
         if (v.admitted) {
           admitted[slot]++;
           perSecond[Math.floor((later - start) / 1000)]++;

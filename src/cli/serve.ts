@@ -53,6 +53,8 @@ const serveOptions = {
   'admin-host': { type: 'string' },
   'admin-token-file': { type: 'string' },
   'access-log': { type: 'string' },
+  store: { type: 'string' },
+  'store-max-stale': { type: 'string' },
 } as const;
 
 /** The admin port's token: the file --admin-token-file names, else IPR_ADMIN_TOKEN, else none. */
@@ -110,6 +112,10 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
   if (values['admin-port'] === undefined && (values['admin-host'] || values['admin-token-file'])) {
     throw new UsageError('--admin-host and --admin-token-file need --admin-port');
   }
+  const store = values.store ?? (process.env.IPR_STORE || undefined);
+  if (values['store-max-stale'] !== undefined && store === undefined) throw new UsageError('--store-max-stale goes with --store (or IPR_STORE)');
+  const maxStaleMs = values['store-max-stale'] === undefined ? undefined : parseDuration(values['store-max-stale']);
+  if (maxStaleMs === null) throw new UsageError('--store-max-stale takes a duration of at least 1 s: 30s, 2m');
   if (buildIfMissing && publishedName(dataDir) === null) await buildFirstSnapshot(dataDir);
   const server = await serve({
     dataDir,
@@ -133,6 +139,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
           },
         }),
     ...(values['access-log'] ? { accessLog: values['access-log'] } : {}),
+    ...(store === undefined ? {} : { store }),
+    ...(maxStaleMs === undefined ? {} : { storeMaxStaleMs: maxStaleMs }),
   });
   if (buildIfMissing) printFirstSteps(dataDir, server.port);
   await runServer(server, dataDir);
@@ -146,13 +154,16 @@ export const serveCommands: Command[] = [
          [--max-signups-per-day N] [--max-keys-per-day N]
          [--update-interval 1h --sources FILE [--keep N]]
          [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
+         [--store redis://... [--store-max-stale 60s]]
          Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
          one worker thread per core). --signup lets anyone make an account in the dashboard;
          --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
          --max-keys sets how many active keys the data folder holds (remembered; default 1,048,576);
          the dashboard takes at most 1,000 sign-ups and makes at most 10,000 keys a day (the caps).
          Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
-         admin port.`,
+         admin port. --store (or IPR_STORE) serves the customers of a shared Redis store, with
+         limits shared across every node serving it (docs/DEPLOY.md "Many nodes"); past
+         --store-max-stale without Redis, keyed requests are answered 503 until it is back.`,
     run: (args) => serveCommand(args, false),
   },
   {

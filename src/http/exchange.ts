@@ -105,7 +105,7 @@ export class Exchange {
    * uWS has corked the socket already (it corks while it processes received
    * bytes): send() need not cork again.
    */
-  readonly #inCallbacksOnly: boolean;
+  #inCallbacksOnly: boolean;
   /** The client a trusted proxy named (X-Forwarded-For), as written; '' when none. */
   readonly #forwardedFor: string;
   #client: Uint8Array | null = null;
@@ -122,6 +122,11 @@ export class Exchange {
       this.#aborted = true;
       if (this.#claim()) this.answered(0);
     });
+  }
+
+  /** From now on this exchange may answer after an await: send() corks. */
+  leaveCallbacks(): void {
+    this.#inCallbacksOnly = false;
   }
 
   /** Not answered yet, and the client still there. */

@@ -18,7 +18,7 @@ import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
 import { keyDigest, type AccountStore } from '../store/accounts.js';
 import { allowedFrom, compileAllowed } from '../store/allowed.js';
-import type { Limits, Verdict } from './limits.js';
+import type { KeyLimits, Limits, Verdict } from './limits.js';
 import { elapsedMicros, Limit, nowMicros, Route, ROUTES, type WorkerMetrics } from './metrics.js';
 
 /** docs/API.md "Request size": a /v1/check body over 8 KiB is refused. */
@@ -26,11 +26,20 @@ export const MAX_CHECK_BODY = 8 * 1024;
 /** A batch of 1,000 full-length IPv6 addresses fits. */
 export const MAX_BATCH_BODY = 64 * 1024;
 export const MAX_BATCH = 1000;
+/**
+ * How long a request waits for the node's first lease of a key (or the next
+ * one) from the shared store before 503: one round trip to Redis when it
+ * answers, the command time limit when it does not.
+ */
+const LEASE_WAIT_MS = 1000;
 
 export interface ApiContext extends ExchangeScope {
   snapshot: Snapshot;
   store: AccountStore;
+  /** Per client address without a valid key: always this node's own counters. */
   limits: Limits;
+  /** Per key: this node's counters (limits), or the leases it holds of a shared store's (leases.ts). */
+  keyLimits: KeyLimits;
   plans: Map<string, Plan>;
   clock: Clock;
   /** The OpenAPI document, as served. */
@@ -84,6 +93,8 @@ class ApiExchange extends Exchange implements BodyReader {
   grant: KeyGrant | null = null;
   /** `?explain=1`: the answer adds the evidence behind its flags (docs/API.md "Evidence"). */
   explain = false;
+  /** The key's limits could not decide before the node holds a lease (leases.ts): decided before the body is used. */
+  pending = false;
 
   constructor(api: Api, res: HttpResponse, req: HttpRequest, route: number, head: boolean) {
     // The API answers from a route's top or its body callback only: corked by uWS.
@@ -123,6 +134,11 @@ class ApiExchange extends Exchange implements BodyReader {
   }
 
   onBody(bytes: Uint8Array): void {
+    if (this.pending) {
+      // uWS lends the body's bytes for this callback only.
+      const kept = bytes.slice();
+      return this.afterLease(1, () => this.onBody(kept));
+    }
     try {
       this.handler!(this, bytes, this.grant!);
     } catch (error) {
@@ -132,7 +148,44 @@ class ApiExchange extends Exchange implements BodyReader {
   }
 
   onBodyRefused(code: 'payload_too_large' | 'unsupported_media_type', details: Record<string, unknown>): void {
+    // The order of checks holds: a 429 first, should the key's limits refuse.
+    if (this.pending) return this.afterLease(1, () => this.onBodyRefused(code, details));
     this.sendError(code, details);
+  }
+
+  /**
+   * Waits until the node holds a lease for `n` more requests of the key,
+   * then runs `then`; answers the refusal instead when the limits refuse,
+   * and 503 when no lease came within LEASE_WAIT_MS. Answers are then
+   * written outside uWS's callbacks (corked by send).
+   */
+  afterLease(n: number, then: () => void): void {
+    this.pending = false;
+    this.leaveCallbacks();
+    const limits = this.#api.ctx.keyLimits;
+    const grant = this.grant!;
+    const until = Date.now() + LEASE_WAIT_MS;
+    const attempt = async (): Promise<void> => {
+      await limits.whenChanged(grant.slot, Math.max(1, until - Date.now()));
+      if (!this.open) return;
+      const v = limits.admitKey(grant.slot, grant.id, grant.plan!, this.#api.ctx.clock.now(), n);
+      if (v.admitted) {
+        this.window(v);
+        return then();
+      }
+      if (v.refusedBy === 'pending' && Date.now() < until) return attempt();
+      this.sendRefused(v);
+    };
+    attempt().catch((error: unknown) => this.fail(error));
+  }
+
+  /** The answer to a key whose limits refused: 429, or 401 for a key the shared store revoked, or 503. */
+  sendRefused(v: Verdict): void {
+    if (v.refusedBy === 'revoked') return this.sendError('unauthorized');
+    if (v.refusedBy === 'pending' || v.refusedBy === 'unavailable') {
+      return this.send(503, errorBody('unavailable'), [['Retry-After', String(v.retryAfter || 1)]]);
+    }
+    this.sendLimited(v, false);
   }
 
   sendError(code: ApiErrorCode, details?: Record<string, unknown>): void {
@@ -213,7 +266,7 @@ class Api {
     if (grant.suspended || grant.plan === undefined) return 403;
     if (grant.allowed !== null && !allowedFrom(grant.allowed, ex.clientBytes().buffer as ArrayBuffer)) return 403;
     // Only when another server on the data folder was started with a larger --max-keys: never a 500.
-    if (grant.slot >= this.ctx.limits.maxKeys) return 503;
+    if (grant.slot >= this.ctx.keyLimits.maxKeys) return 503;
     return grant;
   }
 
@@ -240,9 +293,10 @@ class Api {
           return ex.sendError(grant === 401 ? 'unauthorized' : grant === 403 ? 'forbidden' : 'unavailable');
         }
         ex.key = grant.prefix;
-        const v = this.ctx.limits.admitKey(grant.slot, grant.id, grant.plan!, now);
-        if (!v.admitted) return ex.sendLimited(v, false);
-        ex.window(v);
+        const v = this.ctx.keyLimits.admitKey(grant.slot, grant.id, grant.plan!, now);
+        if (v.admitted) ex.window(v);
+        else if (v.refusedBy === 'pending') ex.pending = true;
+        else return ex.sendRefused(v);
         ex.handler = handler;
         ex.grant = grant;
         ex.readBody(body, maxBody, ex);
@@ -272,12 +326,13 @@ class Api {
     const ips = parseJsonObject(bytes).ips;
     if (!Array.isArray(ips) || ips.length === 0 || ips.length > MAX_BATCH) return ex.sendError('invalid_batch', { max: MAX_BATCH });
     // One request was counted already; the batch counts one per address.
+    const answer = () => ex.send(200, this.ctx.snapshot.lookupBatchJsonBytes(ips));
     if (ips.length > 1) {
-      const v = this.ctx.limits.admitKey(grant.slot, grant.id, grant.plan!, this.ctx.clock.now(), ips.length - 1);
-      if (!v.admitted) return ex.sendLimited(v, false);
+      const v = this.ctx.keyLimits.admitKey(grant.slot, grant.id, grant.plan!, this.ctx.clock.now(), ips.length - 1);
+      if (!v.admitted) return v.refusedBy === 'pending' ? ex.afterLease(ips.length - 1, answer) : ex.sendRefused(v);
       ex.window(v);
     }
-    ex.send(200, this.ctx.snapshot.lookupBatchJsonBytes(ips));
+    answer();
   };
 
   /** GET /v1/health: 200 while serving, 503 while draining. */

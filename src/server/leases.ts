@@ -51,7 +51,7 @@ import { dayOf } from '../store/accounts.js';
 import { accountKeys, accountTag } from '../store/redis.js';
 import { LuaScript, type RedisConnection } from '../store/redis-connection.js';
 import type { Plan } from '../plans.js';
-import { lock, unlock } from './limits.js';
+import { lock, unlock, type KeyLimits, type Verdict } from './limits.js';
 
 const DAY_MS = 86_400_000;
 /** Seconds are stored relative to this (2020-01-01), as in limits.ts. */
@@ -167,7 +167,8 @@ if status == 'ok' and wanted > 0 then
     -- holds more than it uses holds it for a whole term, and nodes that come later must find some.
     local free = P - peak(now, e)
     local needed = math.ceil(tonumber(ARGV[14]) * 1.25) - current
-    local more = math.min(target - current, free, math.max(needed, math.floor(free / 2)))
+    -- (Half rounded up: a key of 1 a second can be served at all.)
+    local more = math.min(target - current, free, math.max(needed, math.ceil(free / 2)))
     if more > 0 then grant(more, now, e); lastEnd = math.max(lastEnd, e) end
   end
   -- The node asks RENEW_BEFORE_MS before the end as it sees it, which is earlier than the true end.
@@ -216,6 +217,8 @@ const SLOT_WORDS = 32;
 const FLAG_UNLIMITED = 1;
 const FLAG_REVOKED = 2;
 const FLAG_WANTED = 4;
+/** Redis has answered for the key since the manager began tracking it: no allowance now means others hold it. */
+const FLAG_ANSWERED = 8;
 
 // Header words: Float64 offset and ε at 0 and 2; Int32 after.
 const H_OFFSET = 0;
@@ -223,6 +226,7 @@ const H_EPSILON = 2;
 const H_STALE = 4;
 const H_NODES = 5;
 const H_WANT_HEAD = 6;
+const H_REFUSING = 7;
 const H_RING = 8;
 const RING = 4096;
 const HEADER_WORDS = H_RING + RING;
@@ -234,21 +238,6 @@ export interface SharedLeaseState {
 
 export function createLeaseState(slots: number): SharedLeaseState {
   return { slots: new SharedArrayBuffer(slots * SLOT_WORDS * 4), header: new SharedArrayBuffer(HEADER_WORDS * 4) };
-}
-
-/**
- * What admit() decided. `pending`: the node holds no budget for the key yet
- * (or none left and Redis may have more): the manager has been asked, and
- * the request may wait for whenChanged(); `revoked`: Redis refused the key.
- */
-export interface LeaseVerdict {
-  admitted: boolean;
-  refusedBy: 'day' | 'second' | 'pending' | 'revoked' | null;
-  limit: number;
-  remaining: number;
-  /** Unix seconds at which the window resets. */
-  reset: number;
-  retryAfter: number;
 }
 
 /** Atomics.waitAsync (Node 20 has it; TypeScript's ES2022 library does not declare it). */
@@ -270,13 +259,13 @@ async function waitWithTimer(words: Int32Array, at: number, value: number, timeo
 }
 
 /** The leases of one node's keys in shared memory: what worker threads admit requests from. */
-export class LeaseTable {
+export class LeaseTable implements KeyLimits {
   readonly #w: Int32Array;
   readonly #f: Float64Array;
   readonly #hw: Int32Array;
   readonly #hf: Float64Array;
   readonly slots: number;
-  readonly verdict: LeaseVerdict = { admitted: false, refusedBy: null, limit: 0, remaining: 0, reset: 0, retryAfter: 0 };
+  readonly verdict: Verdict = { admitted: false, refusedBy: null, limit: 0, remaining: 0, reset: 0, retryAfter: 0 };
 
   constructor(readonly state: SharedLeaseState) {
     this.#w = new Int32Array(state.slots);
@@ -324,11 +313,19 @@ export class LeaseTable {
     Atomics.notify(this.#hw, H_WANT_HEAD);
   }
 
+  get maxKeys(): number {
+    return this.slots;
+  }
+
   /**
    * Admits `n` requests of the key in `slot` under `plan` at local time
-   * `nowMs`, or refuses them all. The verdict object is reused.
+   * `nowMs`, or refuses them all. The verdict object is reused: refusedBy
+   * 'pending' when the node holds no budget for the key yet or none left
+   * and Redis may have more (the manager has been asked: wait for
+   * whenChanged), 'revoked' when Redis refused the key, 'unavailable' while
+   * the store has been unreachable too long (setRefusing).
    */
-  admit(slot: number, plan: Plan, nowMs: number, n = 1): LeaseVerdict {
+  admitKey(slot: number, _id: number, plan: Plan, nowMs: number, n = 1): Verdict {
     const w = this.#w;
     const f = this.#f;
     const at = slot * SLOT_WORDS;
@@ -339,10 +336,16 @@ export class LeaseTable {
     const intoSecond = est - (label + EPOCH_S) * 1000;
     const edge = intoSecond < epsilon ? label - 1 : 1000 - intoSecond < epsilon ? label + 1 : null;
     const stale = Atomics.load(this.#hw, H_STALE) === 1;
+    if (Atomics.load(this.#hw, H_REFUSING) === 1) {
+      v.admitted = false;
+      v.refusedBy = 'unavailable';
+      v.retryAfter = 1;
+      return v;
+    }
     lock(w, at + W_LOCK);
     w[at + W_DEMAND]! += n;
     const flags = w[at + W_FLAGS]!;
-    let refused: LeaseVerdict['refusedBy'] = null;
+    let refused: Verdict['refusedBy'] = null;
     let credit = false;
     let allowance = this.#allowance(at, nowMs);
     if (allowance === 0 && stale) allowance = Math.max(1, Math.floor(plan.requestsPerSecond / Math.max(1, Atomics.load(this.#hw, H_NODES))));
@@ -353,7 +356,8 @@ export class LeaseTable {
       else refused = exhausted ? 'day' : 'pending';
     }
     if (refused === null) {
-      if (allowance === 0) refused = 'pending';
+      // No allowance: none asked for yet, or other nodes hold the key's whole per-second budget now.
+      if (allowance === 0) refused = flags & FLAG_ANSWERED ? 'second' : 'pending';
       else if (this.#count(at, label) + n > allowance || (edge !== null && this.#count(at, edge) + n > allowance)) refused = 'second';
     }
     if (refused === null) {
@@ -423,6 +427,11 @@ export class LeaseTable {
     this.#hf[H_EPSILON / 2] = epsilonMs;
   }
 
+  /** Refuse every request (503) while the store has been unreachable past the node's bound, or serve again. */
+  setRefusing(refusing: boolean): void {
+    Atomics.store(this.#hw, H_REFUSING, refusing ? 1 : 0);
+  }
+
   setStale(stale: boolean, nodes: number): void {
     Atomics.store(this.#hw, H_NODES, nodes);
     Atomics.store(this.#hw, H_STALE, stale ? 1 : 0);
@@ -487,9 +496,9 @@ export class SlotAccess {
   get credit(): number {
     return this.w[this.at + W_CREDIT]!;
   }
-  setFlags(unlimited: boolean, revoked: boolean): void {
+  setFlags(unlimited: boolean, revoked: boolean, answered = false): void {
     const keep = this.w[this.at + W_FLAGS]! & FLAG_WANTED;
-    this.w[this.at + W_FLAGS] = keep | (unlimited ? FLAG_UNLIMITED : 0) | (revoked ? FLAG_REVOKED : 0);
+    this.w[this.at + W_FLAGS] = keep | (unlimited ? FLAG_UNLIMITED : 0) | (revoked ? FLAG_REVOKED : 0) | (answered ? FLAG_ANSWERED : 0);
   }
   clearWanted(): void {
     this.w[this.at + W_FLAGS]! &= ~FLAG_WANTED;
@@ -606,6 +615,8 @@ export interface LeaseManagerOptions {
   onKeyStatus?: (key: LeasedKey, status: string) => void;
   /** Give back what an idle key holds after this long (default IDLE_RETURN_MS). */
   idleReturnMs?: number;
+  /** The key a worker asked about in a slot the manager does not track yet (undefined: none; the request waits, then 503). */
+  keyInSlot?: (slot: number) => LeasedKey | undefined;
 }
 
 /**
@@ -667,6 +678,24 @@ export class LeaseManager {
     void this.#call(this.#byslot.get(slot)!, 'asked');
   }
 
+  /**
+   * Stops keeping leases for the key in `slot` (revoked, gone, or on
+   * another plan now): what it holds is given back and its usage reported,
+   * in one last call. The slot can be tracked again for another key at once.
+   */
+  forget(slot: number): Promise<void> {
+    const k = this.#byslot.get(slot);
+    if (k === undefined) return Promise.resolve();
+    this.#byslot.delete(slot);
+    // The slot's counts are taken now, before another key can have the slot.
+    const last = this.#arguments(k, 'close');
+    return (async () => {
+      await k.inflight;
+      k.pendingArgs = last;
+      await this.#call(k, 'close');
+    })();
+  }
+
   /** Runs the top-up loop and the wake-ups from workers. */
   start(): void {
     this.#timer = setInterval(() => this.#tick(), TICK_MS);
@@ -680,7 +709,11 @@ export class LeaseManager {
       this.#tail = head;
       for (const slot of slots ?? this.#byslot.keys()) {
         const k = this.#byslot.get(slot);
-        if (k === undefined) continue;
+        if (k === undefined) {
+          const key = this.options.keyInSlot?.(slot);
+          if (key !== undefined) this.track(slot, key);
+          continue;
+        }
         this.table.update(slot, (s) => s.clearWanted());
         // A key that just got nothing waits for the tick (other nodes hold its budget): no call per request.
         if (k.inflight === null && (k.lastGranted || Date.now() - k.lastCall >= TICK_MS)) void this.#call(k, 'asked');
@@ -692,7 +725,8 @@ export class LeaseManager {
     const now = Date.now();
     for (const k of this.#byslot.values()) {
       const c = this.table.peek(k.slot, (s) => s.counters());
-      const dt = Math.max(1, now - k.seen.at) / 1000;
+      // At least a tick: a key tracked a millisecond ago with one request is not at 1,000 a second.
+      const dt = Math.max(TICK_MS, now - k.seen.at) / 1000;
       const asked = (c.demand - k.seen.demand) | 0;
       const admitted = (c.admitted - k.seen.admitted) | 0;
       k.rate = 0.7 * k.rate + 0.3 * (asked / dt);
@@ -768,7 +802,7 @@ export class LeaseManager {
         s.credit = 0;
         s.setAllowances([0, 0, 0], [0, 0, 0]);
       }
-      return { day, dayAdmitted, returned, borrowed: c.borrowed, lastUsedMs: c.lastUsedMs };
+      return { day, dayAdmitted, returned, held: s.tokens, borrowed: c.borrowed, lastUsedMs: c.lastUsedMs };
     });
     if (taken.dayAdmitted !== 0) {
       const text = dayOf((taken.day || Math.floor(Date.now() / DAY_MS)) * DAY_MS);
@@ -780,7 +814,8 @@ export class LeaseManager {
       k.borrowed.set(day, (k.borrowed.get(day) ?? 0) + borrowed);
       k.borrowedReported = taken.borrowed;
     }
-    const wantDaily = ending || plan.requestsPerDay === null ? 0 : this.#leaseSize(k);
+    // Up to one lease held: a node asked again for its per-second allowance does not pile up daily tokens.
+    const wantDaily = ending || plan.requestsPerDay === null ? 0 : Math.max(0, this.#leaseSize(k) - taken.held);
     // Room for the key's busiest recent second and then some; the script grants beyond the measured
     // rate only from half of what is free.
     const wantRate = ending ? 0 : plan.requestsPerSecond;
@@ -849,9 +884,11 @@ export class LeaseManager {
     k.allowanceEnd = lastEnd > 0 ? toLocalUntil(lastEnd) : 0;
     k.lastGranted = grantedTokens > 0 || entries.length > 0;
     if (status !== previous) this.options.onKeyStatus?.(k.key, status!);
+    // A key forgotten meanwhile: its slot may be another key's now.
+    if (this.#byslot.get(k.slot) !== k) return;
     const revoked = status === 'revoked' || status === 'suspended' || status === 'missing';
     this.table.update(k.slot, (s) => {
-      s.setFlags(k.key.plan.requestsPerDay === null, revoked);
+      s.setFlags(k.key.plan.requestsPerDay === null, revoked, true);
       if (why === 'idle' || why === 'close') return;
       if (k.key.plan.requestsPerDay !== null) {
         const d = Number(day);

@@ -49,14 +49,32 @@ export interface SharedLimitState {
 /** What one admission decided, and the rate-limit headers of its window. Reused between calls. */
 export interface Verdict {
   admitted: boolean;
-  /** Which limit refused: 'day' or 'second'. */
-  refusedBy: 'day' | 'second' | null;
+  /**
+   * Which limit refused: 'day' or 'second'. With a shared store's leases
+   * (leases.ts) also 'pending' (the node holds no budget for the key yet:
+   * wait for whenChanged), 'revoked' (the store refused the key) and
+   * 'unavailable' (the store has been unreachable past --store-max-stale).
+   */
+  refusedBy: 'day' | 'second' | 'pending' | 'revoked' | 'unavailable' | null;
   limit: number;
   remaining: number;
   /** Unix seconds at which the window resets. */
   reset: number;
   /** Whole seconds until a retry can succeed. */
   retryAfter: number;
+}
+
+/**
+ * A key's limits as the request path asks them, from one node's counters
+ * (Limits) or from the leases it holds of a shared store's (LeaseTable).
+ */
+export interface KeyLimits {
+  /** Slots at or past this cannot be served (503). */
+  readonly maxKeys: number;
+  /** Admits `n` requests of key `id` (in `slot`) under `plan` at `nowMs`, or refuses them all. The verdict is reused. */
+  admitKey(slot: number, id: number, plan: Plan, nowMs: number, n?: number): Verdict;
+  /** Resolves when what `slot` holds may have changed (after 'pending'), or after `timeoutMs`. */
+  whenChanged(slot: number, timeoutMs: number): Promise<void>;
 }
 
 export function createLimitState(maxKeys: number, addressSlots = 1 << 16): SharedLimitState {
@@ -89,7 +107,7 @@ function claim(k: Int32Array, at: number, id: number): void {
   k[at + K_OWNER] = id + 1;
 }
 
-export class Limits {
+export class Limits implements KeyLimits {
   readonly #keys: Int32Array;
   readonly #dirty: Uint32Array;
   readonly #addresses: Int32Array;
@@ -105,6 +123,9 @@ export class Limits {
     this.#addressSlots = this.#addresses.length / ADDRESS_WORDS;
     this.maxKeys = this.#keys.length / KEY_WORDS;
   }
+
+  /** Never 'pending': a node's own counters are all there is. */
+  async whenChanged(): Promise<void> {}
 
   /**
    * Admits `n` requests of key `id` (in `slot`) under `plan` at `nowMs`, or

@@ -21,6 +21,7 @@ import { createLogger, type Logger } from '../log.js';
 import { openapiDocument } from './openapi.js';
 import { createMetricsBuffer, MetricsReader } from './metrics.js';
 import { loadPlans } from '../plans.js';
+import { DEFAULT_STORE_MAX_STALE_MS, SharedStoreNode } from './shared-store.js';
 import { ScheduledUpdates } from './updater.js';
 import { UsageRecorder } from './usage.js';
 import { loadUws } from './uws.js';
@@ -58,6 +59,10 @@ export interface ServeOptions {
   admin?: { port: number; host?: string; token: string | null };
   /** Append a JSON line per request to this file. */
   accessLog?: string;
+  /** The customers' shared store (`redis://...`, shared-store.ts); absent: the data folder's own. */
+  store?: string;
+  /** With a shared store: how long keys are answered while it cannot be reached, ms (then 503). */
+  storeMaxStaleMs?: number;
   log?: Logger;
 }
 
@@ -143,9 +148,20 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     },
   });
   const fileModes = (message: string) => log.warn({ event: 'file_mode' }, message);
-  const store = new AccountStore(options.dataDir, fileModes);
-  if (options.accessLog !== undefined) privateFile(options.accessLog, fileModes);
   const plans = loadPlans();
+  let shared: SharedStoreNode | null = null;
+  try {
+    if (options.store !== undefined) {
+      const maxStaleMs = options.storeMaxStaleMs ?? DEFAULT_STORE_MAX_STALE_MS;
+      shared = await SharedStoreNode.open(options.store, options.dataDir, plans, { maxStaleMs, log, ...(options.maxKeys === undefined ? {} : { maxKeys: options.maxKeys }) });
+    }
+  } catch (error) {
+    snapshot.close();
+    throw error;
+  }
+  // With a shared store, the request path reads the node's replica of it; limits come from leases, and usage goes to Redis with them.
+  const store = shared?.replica ?? new AccountStore(options.dataDir, fileModes);
+  if (options.accessLog !== undefined) privateFile(options.accessLog, fileModes);
   const openapi = JSON.stringify(openapiDocument(plans));
 
   let clock: Clock = systemClock;
@@ -167,10 +183,11 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     clock = sharedClock;
   }
 
-  if (options.maxKeys !== undefined) store.setKeySlots(options.maxKeys);
-  const limitState = createLimitState(store.keySlots());
-  const usage = new UsageRecorder(store, new Limits(limitState), clock);
-  usage.load();
+  if (shared === null && options.maxKeys !== undefined) store.setKeySlots(options.maxKeys);
+  const limitState = createLimitState(shared === null ? store.keySlots() : 1);
+  const usage = shared === null ? new UsageRecorder(store, new Limits(limitState), clock) : null;
+  usage?.load();
+  const closeStore = () => shared?.close() ?? store.close();
 
   const workers: Worker[] = [];
   const start = (index: number, port: number) =>
@@ -181,6 +198,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         host,
         port,
         limitState,
+        leaseState: shared?.leaseState ?? null,
+        storeFolder: shared === null ? 'accounts' : 'replica',
         clock: sharedClock?.buffer ?? null,
         unkeyedPerSecond: options.unkeyedPerSecond ?? 20,
         openapi,
@@ -252,7 +271,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     clearInterval(foldTimer);
     await Promise.all(workers.map((w) => drain(w, DRAIN_TIMEOUT_MS)));
     snapshot.close();
-    await store.close();
+    await closeStore();
     if (sharedClock) unwatchFile(options.clockFile!);
     throw error;
   }
@@ -276,7 +295,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
 
   const flush = (final = false) => {
     try {
-      usage.flush(final);
+      usage?.flush(final);
     } catch (error) {
       log.error({ err: error }, 'usage flush failed');
     }
@@ -295,7 +314,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       flush(true);
       if (sharedClock) unwatchFile(options.clockFile!);
       snapshot.close();
-      await store.close();
+      await closeStore();
     })();
     return closing;
   };

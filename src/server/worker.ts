@@ -7,9 +7,10 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
-import { AccountStore } from '../store/accounts.js';
+import { AccountStore, type StoreFolder } from '../store/accounts.js';
 import { SharedClock, systemClock } from '../clock.js';
 import { mountApi } from './api.js';
+import { LeaseTable, type SharedLeaseState } from './leases.js';
 import { Limits, type SharedLimitState } from './limits.js';
 import { createAccessLog, createLogger } from '../log.js';
 import { WorkerMetrics } from './metrics.js';
@@ -22,6 +23,10 @@ export interface WorkerData {
   host: string;
   port: number;
   limitState: SharedLimitState;
+  /** The node's leases of a shared store's limits (leases.ts); null: its own counters limit keys. */
+  leaseState: SharedLeaseState | null;
+  /** Where the request path reads customers: the data folder's own store, or its replica of a shared one. */
+  storeFolder: StoreFolder;
   /** Set when the server runs on a test clock. */
   clock: SharedArrayBuffer | null;
   unkeyedPerSecond: number;
@@ -51,14 +56,15 @@ const log = createLogger({ worker: data.index });
 try {
   const uws = loadUws();
   const snapshot = openSnapshot(data.dataDir);
-  const store = new AccountStore(data.dataDir);
+  const store = new AccountStore(data.dataDir, undefined, data.storeFolder);
+  const limits = new Limits(data.limitState);
   let draining = false;
   const inflight = { count: 0 };
   const accessLog = data.accessLog === null ? null : createAccessLog(data.accessLog, data.index);
   const shared = {
     snapshot,
     store,
-    limits: new Limits(data.limitState),
+    limits,
     plans: loadPlans(),
     clock: data.clock ? new SharedClock(data.clock) : systemClock,
     draining: () => draining,
@@ -68,6 +74,7 @@ try {
   const app = uws.App();
   mountApi(app, {
     ...shared,
+    keyLimits: data.leaseState === null ? limits : new LeaseTable(data.leaseState),
     openapi: data.openapi,
     unkeyedPerSecond: data.unkeyedPerSecond,
     metrics: new WorkerMetrics(data.metrics, data.index),
@@ -75,7 +82,8 @@ try {
     worker: data.index,
     onError: (error, route, req) => log.error({ req, route, err: error }, 'request failed'),
   });
-  mountDashboard(app, { ...shared, ...data.dashboard, log });
+  // The dashboard writes customers: on a replica it would write to the copy, not the shared store.
+  if (data.storeFolder === 'accounts') mountDashboard(app, { ...shared, ...data.dashboard, log });
   let listenSocket: unknown = null;
   port.on('message', (message: ToWorker) => {
     if (message.type !== 'drain' || draining) return;

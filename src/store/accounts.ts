@@ -103,6 +103,14 @@ export function inWindow(c: AttemptCount | undefined, nowMs: number, windowMs: n
   return c === undefined || nowMs >= c.ends || c.ends - nowMs > windowMs ? { count: 0, ends: nowMs + windowMs } : c;
 }
 
+/**
+ * The folder of a data folder's store: `accounts` holds the node's own
+ * customers; `replica` the copy of a shared store's that a node serving
+ * from Redis keeps (server/replica.ts), apart so that no command ever takes
+ * one for the other.
+ */
+export type StoreFolder = 'accounts' | 'replica';
+
 /** The limit table's size unless `ipr serve --max-keys` said otherwise. */
 export const DEFAULT_KEY_SLOTS = 1 << 20;
 
@@ -138,12 +146,14 @@ export class AccountStore {
   readonly #changeCount: Uint32Array;
 
   /**
-   * Opens (or makes) the store of `dataDir`. It holds password hashes and
+   * Opens (or makes) the store of `dataDir`: its own customers in
+   * `accounts`, or in `replica` a copy of a shared store's (mirrorAccount).
+   * It holds password hashes and
    * customer data: its folder is made 0700 and its files 0600, and looser
    * ones left by an older version are tightened, each reported to `onTightened`.
    */
-  constructor(dataDir: string, onTightened: OnTightened = tightenedToStderr) {
-    const dir = path.join(dataDir, 'accounts');
+  constructor(dataDir: string, onTightened: OnTightened = tightenedToStderr, folder: StoreFolder = 'accounts') {
+    const dir = path.join(dataDir, folder);
     privateDir(dir, onTightened);
     // permissionsMode: lmdb-js creates data.mdb and lock.mdb with it (its default is 0664).
     this.#root = open({ path: dir, maxDbs: 16, permissionsMode: PRIVATE_FILE_MODE } as Parameters<typeof open>[0]);
@@ -436,6 +446,58 @@ export class AccountStore {
   /** Every active key. */
   activeKeys(): KeyRecord[] {
     return [...this.#keys.getRange()].map(({ value }) => value).filter((k) => k.revoked === null);
+  }
+
+  /**
+   * Makes what this store holds of account `email` what another store holds
+   * (a node's replica of Redis, server/replica.ts): the account (undefined:
+   * gone) and its keys, in one transaction that bumps the change counter.
+   * Keys keep their ids; an active key keeps its slot or takes one (the
+   * table size, out of range, when none is free: the API answers 503 for it);
+   * a key revoked or gone gives its slot back. Answers the slots given back.
+   */
+  mirrorAccount(email: string, account: Account | undefined, keys: Omit<KeyRecord, 'slot'>[]): number[] {
+    // Read before the transaction: lmdb-js misreads a dupSort range inside a write transaction
+    // (a RangeError from ordered-binary). The replica is the folder's only writer.
+    const held = [...this.#accountKeys.getValues(email)];
+    return this.#commitChange(() => {
+      const freed: number[] = [];
+      const free = (k: KeyRecord) => {
+        if (k.revoked === null && k.slot < this.keySlots()) {
+          this.#freeSlots.putSync(k.slot, true);
+          freed.push(k.slot);
+        }
+      };
+      const upstream = new Map(keys.map((k) => [k.id, k]));
+      for (const id of held) {
+        const local = this.keyById(id);
+        if (local !== undefined && upstream.has(id)) continue;
+        if (local !== undefined) {
+          free(local);
+          this.#keys.removeSync(local.hash);
+        }
+        this.#keyIds.removeSync(id);
+        this.#accountKeys.removeSync(email, id);
+      }
+      if (account === undefined) {
+        this.#accounts.removeSync(email);
+        return freed;
+      }
+      this.#accounts.putSync(email, account);
+      for (const k of keys) {
+        const local = this.keyById(k.id);
+        let slot = local?.slot ?? this.keySlots();
+        if (k.revoked !== null) {
+          if (local !== undefined) free(local);
+        } else if (local === undefined || local.revoked !== null || slot >= this.keySlots()) {
+          slot = this.#takeSlot(0) ?? this.keySlots();
+        }
+        this.#keys.putSync(k.hash, { ...k, slot });
+        this.#keyIds.putSync(k.id, k.hash);
+        this.#accountKeys.putSync(email, k.id);
+      }
+      return freed;
+    });
   }
 
   setAllowed(email: string, prefix: string, allowed: string[]): KeyRecord {

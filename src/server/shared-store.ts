@@ -1,0 +1,138 @@
+/**
+ * What a node runs on its main thread when its customers live in Redis
+ * (`ipr serve --store redis://...`): the replica its workers authorise keys
+ * from (replica.ts), the leases its workers admit requests from (leases.ts),
+ * and the bound on how long it answers from them while Redis cannot be
+ * reached.
+ *
+ * Past that bound (--store-max-stale) every keyed request is answered 503
+ * `unavailable` with Retry-After until Redis answers again: a node that
+ * cannot see revocations and plan changes stops vouching for keys. Within
+ * it, keys the node holds leases for are served within its share of their
+ * limits, and what it admits is added to Redis on recovery (leases.ts,
+ * guarantee 4).
+ */
+import type { Logger } from '../log.js';
+import type { Plan } from '../plans.js';
+import { AccountStore } from '../store/accounts.js';
+import { RedisCustomerStore } from '../store/redis.js';
+import { createLeaseState, LeaseManager, LeaseTable, type SharedLeaseState } from './leases.js';
+import { CustomerReplica } from './replica.js';
+
+/**
+ * Default --store-max-stale: long enough to ride out a Redis failover under
+ * Sentinel (30 s to declare the master down by default, then an election)
+ * or a restart, short enough that a node does not vouch for keys on a view
+ * a minute old.
+ */
+export const DEFAULT_STORE_MAX_STALE_MS = 60_000;
+const WATCH_MS = 100;
+
+export interface SharedStoreStatus {
+  /** Redis answers the lease calls and the change stream is followed. */
+  up: boolean;
+  /** Seconds since Redis last answered (0 while it does). */
+  staleSeconds: number;
+  /** Keyed requests are refused (503): stale past the bound. */
+  refusing: boolean;
+  leaseCalls: number;
+  changesApplied: number;
+  resyncs: number;
+}
+
+export class SharedStoreNode {
+  readonly leaseState: SharedLeaseState;
+  readonly #table: LeaseTable;
+  readonly #manager: LeaseManager;
+  readonly #replica: CustomerReplica;
+  readonly #watch: NodeJS.Timeout;
+  #refusing = false;
+
+  private constructor(
+    readonly redis: RedisCustomerStore,
+    readonly replica: AccountStore,
+    plans: Map<string, Plan>,
+    private readonly maxStaleMs: number,
+    private readonly log: Logger,
+  ) {
+    this.leaseState = createLeaseState(replica.keySlots());
+    this.#table = new LeaseTable(this.leaseState);
+    const leasedKey = (slot: number) => {
+      const key = this.#replica.keyInSlot(slot);
+      const account = key === undefined ? undefined : replica.account(key.account);
+      const plan = account === undefined ? undefined : plans.get(account.plan);
+      return key === undefined || plan === undefined ? undefined : { id: key.id, account: key.account, plan };
+    };
+    this.#manager = new LeaseManager(redis.connection, this.#table, {
+      keyInSlot: leasedKey,
+      onError: (error) => log.debug({ err: error }, 'a lease call failed; retrying'),
+      // Another plan: the leases were sized for the old one. Given back; the next request leases anew.
+      onKeyStatus: (key, status) => {
+        if (!status.startsWith('plan:')) return;
+        const slot = replica.keyById(key.id)?.slot;
+        if (slot !== undefined) void this.#manager.forget(slot);
+      },
+    });
+    this.#replica = new CustomerReplica(redis, replica, {
+      onSlotsFreed: (slots) => slots.forEach((slot) => void this.#manager.forget(slot)),
+      onError: (error) => log.warn({ err: error }, 'the customer change stream failed; following it again'),
+    });
+    this.#watch = setInterval(() => this.#check(), WATCH_MS);
+  }
+
+  /** Connects, reads every customer into the replica and starts following; throws store_unavailable when Redis does not answer. */
+  static async open(url: string, dataDir: string, plans: Map<string, Plan>, options: { maxStaleMs: number; log: Logger; maxKeys?: number }): Promise<SharedStoreNode> {
+    const redis = await RedisCustomerStore.open(url);
+    const replica = new AccountStore(dataDir, (message) => options.log.warn({ event: 'file_mode' }, message), 'replica');
+    let node: SharedStoreNode | null = null;
+    try {
+      if (options.maxKeys !== undefined) replica.setKeySlots(options.maxKeys);
+      node = new SharedStoreNode(redis, replica, plans, options.maxStaleMs, options.log);
+      await node.#replica.start();
+      node.#manager.start();
+      return node;
+    } catch (error) {
+      if (node !== null) await node.close();
+      else await Promise.all([replica.close(), redis.close()]);
+      throw error;
+    }
+  }
+
+  /** When Redis was last seen unreachable by the leases or the stream (0: it answers both). */
+  #staleSince(): number {
+    const a = this.#manager.staleSince;
+    const b = this.#replica.disconnectedSince;
+    return a === 0 ? b : b === 0 ? a : Math.min(a, b);
+  }
+
+  #check(): void {
+    const since = this.#staleSince();
+    const refusing = since !== 0 && Date.now() - since > this.maxStaleMs;
+    if (refusing === this.#refusing) return;
+    this.#refusing = refusing;
+    this.#table.setRefusing(refusing);
+    if (refusing) this.log.error({ event: 'store', stale_ms: Date.now() - since }, 'the customer store has been unreachable past --store-max-stale: answering 503 until it is back');
+    else this.log.info({ event: 'store' }, 'the customer store answers again: serving keys');
+  }
+
+  status(): SharedStoreStatus {
+    const since = this.#staleSince();
+    return {
+      up: since === 0,
+      staleSeconds: since === 0 ? 0 : (Date.now() - since) / 1000,
+      refusing: this.#refusing,
+      leaseCalls: this.#manager.calls,
+      changesApplied: this.#replica.applied,
+      resyncs: this.#replica.resyncs,
+    };
+  }
+
+  /** Gives back what the node holds and reports its usage (each call within the command time limit), then disconnects. */
+  async close(): Promise<void> {
+    clearInterval(this.#watch);
+    await this.#manager.close();
+    await this.#replica.close();
+    await this.redis.close();
+    await this.replica.close();
+  }
+}
