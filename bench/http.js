@@ -22,23 +22,20 @@
 // cores. Environment: BENCH_ROUNDS (3), BENCH_SECONDS (10),
 // BENCH_CONNECTIONS (64), BENCH_DATA (a data folder with a published
 // snapshot, instead of building the full dataset).
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { seededAddresses } from './addresses.js';
-import { cpuSeconds, createKeys, startServer } from './load.js';
+import { createKeys, startServer } from './load.js';
+import { freePort, LOAD_CORE, needWrk, pin, requestsFile, SERVER_CORE, treeCpu, wrk } from './wrk.js';
 import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
-const SERVER_CORE = '0';
-const LOAD_CORE = '1';
 const KEYS = 1000;
 const MANY_KEYS = 100_000;
 const ADDRESSES = 40_000;
@@ -50,19 +47,8 @@ const SEED = 20261123;
 const PACE_MS = 1;
 const IDLE_SECONDS = 10;
 
-const run = promisify(execFile);
 // Read by every `ipr` this benchmark starts (keys made, the server).
 process.env.IPR_PLANS_CONFIG = path.join(root, 'bench', 'plans.json');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer().once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts a peer server process; resolves once it says it is listening. */
 function startPeer(name, args) {
@@ -89,30 +75,6 @@ function startPeer(name, args) {
   });
 }
 
-/** A process and its children (the Fastify peer's cluster worker). */
-function tree(pid) {
-  const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
-  return [pid, ...children.map(Number)];
-}
-
-/** Pins every thread of a process tree to the server core (threads started later inherit it). */
-function pin(pid) {
-  for (const p of tree(pid)) execFileSync('taskset', ['-a', '-p', '-c', SERVER_CORE, String(p)], { stdio: 'ignore' });
-}
-
-const treeCpu = (pid) => tree(pid).reduce((sum, p) => sum + cpuSeconds(p), 0);
-
-async function wrk(port, requestsFile, { seconds, connections, pauseMs = 0 }) {
-  const args = ['-c', LOAD_CORE, 'wrk', '-t', '1', '-c', String(connections), '-d', `${seconds}s`, '--timeout', '5s', '-s', path.join(root, 'bench', 'wrk-check.lua')];
-  args.push(`http://127.0.0.1:${port}/v1/check`, '--', requestsFile, String(pauseMs));
-  const { stdout } = await run('taskset', args, { maxBuffer: 1 << 20 });
-  const line = stdout.split('\n').find((l) => l.startsWith('{"requests"'));
-  if (!line) throw new Error(`wrk printed no summary:\n${stdout}`);
-  const r = JSON.parse(line);
-  const failed = Object.values(r.errors).reduce((a, b) => a + b, 0);
-  return { ...r, failed, per_second: r.requests / r.seconds };
-}
-
 /** Resident memory of a process, and how the snapshot file is mapped in it. */
 function memory(pid, snapshotName) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -131,31 +93,10 @@ function memory(pid, snapshotName) {
   return { rss_bytes: rss, snapshot_mappings: mappings, snapshot_rss_bytes: snapshotRss };
 }
 
-/** The requests wrk sends: "key<TAB>address" lines, key and address rotating independently. */
-function requestsFile(dir, name, keys, addresses) {
-  const file = path.join(dir, `${name}.tsv`);
-  const lines = Math.max(keys.length, addresses.length);
-  writeFileSync(file, Array.from({ length: lines }, (_, i) => `${keys[i % keys.length]}\t${addresses[i % addresses.length]}\n`).join(''));
-  return file;
-}
-
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 const us = (v) => `${v.toFixed(1)}µs`;
 
-for (const tool of ['wrk', 'taskset']) {
-  try {
-    execFileSync(tool, ['--version'], { stdio: 'ignore' });
-  } catch (error) {
-    if (error.code === 'ENOENT') {
-      console.error(`bench:http needs ${tool}: apt-get install wrk util-linux`);
-      process.exit(1);
-    }
-  }
-}
-if (os.availableParallelism() < 2) {
-  console.error('bench:http needs two cores: one for the servers, one for the load generator');
-  process.exit(1);
-}
+needWrk('bench:http');
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'ipr-bench-http-'));
 const servers = [];

@@ -14,7 +14,7 @@ import type { Test } from 'tap';
 import { dayOf } from '../src/store/accounts.js';
 import { RedisCustomerStore } from '../src/store/redis.js';
 import { startRedis } from './redis.js';
-import { check, dataDirWithFullSnapshot, PASSWORD, plansFile, startServer, type Server } from './server.js';
+import { admin, adminAddress, check, dataDirWithFullSnapshot, PASSWORD, plansFile, samples, startServer, type Server } from './server.js';
 
 const NODES = 3;
 
@@ -166,7 +166,8 @@ t.test('the per-second limit within its bound across three nodes', async (t) => 
 
 t.test('Redis stopped under load: no 5xx before --store-max-stale, 503 after, served again once it is back', async (t) => {
   const redis = await startRedis(t);
-  const nodes = await cluster(t, redis.url, plansFile(t, { steady: [1_000_000, 1000] }), ['--store-max-stale', '3s']);
+  const nodes = await cluster(t, redis.url, plansFile(t, { steady: [1_000_000, 1000] }), ['--store-max-stale', '3s', '--admin-port', '0']);
+  const metrics = async () => samples((await admin(adminAddress(nodes[0]!).port, '/metrics')).text);
   const store = await RedisCustomerStore.open(redis.url);
   t.teardown(() => store.close());
   await store.createAccount('dan@example.com', PASSWORD, 'steady');
@@ -197,8 +198,17 @@ t.test('Redis stopped under load: no 5xx before --store-max-stale, 503 after, se
   t.equal(refused.json.error, 'unavailable');
   t.ok(Number(refused.headers['retry-after']) >= 1, 'with Retry-After');
   t.ok(Date.now() - stopped >= 3000, 'not before the bound');
+  const down = await metrics();
+  t.match(
+    { up: down.get('ipr_store_up'), refusing: down.get('ipr_store_refusing'), stale: down.get('ipr_store_stale_seconds') },
+    { up: 0, refusing: 1, stale: (n: number) => n >= 3 },
+    'the metrics say so',
+  );
 
   redis.resume();
   for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 10_000, `node ${node.port} serving again`);
   t.pass('every node served again once Redis answered');
+  const back = await metrics();
+  t.match({ up: back.get('ipr_store_up'), refusing: back.get('ipr_store_refusing') }, { up: 1, refusing: 0 });
+  t.ok(back.get('ipr_store_lease_calls_total')! > 0, 'lease calls counted');
 });

@@ -55,6 +55,8 @@ const serveOptions = {
   'access-log': { type: 'string' },
   store: { type: 'string' },
   'store-max-stale': { type: 'string' },
+  announce: { type: 'string' },
+  follow: { type: 'boolean' },
 } as const;
 
 /** The admin port's token: the file --admin-token-file names, else IPR_ADMIN_TOKEN, else none. */
@@ -141,6 +143,8 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
     ...(values['access-log'] ? { accessLog: values['access-log'] } : {}),
     ...(store === undefined ? {} : { store }),
     ...(maxStaleMs === undefined ? {} : { storeMaxStaleMs: maxStaleMs }),
+    ...(values.announce === undefined ? {} : { announce: values.announce }),
+    follow: values.follow === true,
   });
   if (buildIfMissing) printFirstSteps(dataDir, server.port);
   await runServer(server, dataDir);
@@ -154,7 +158,7 @@ export const serveCommands: Command[] = [
          [--max-signups-per-day N] [--max-keys-per-day N]
          [--update-interval 1h --sources FILE [--keep N]]
          [--admin-port N [--admin-host H] [--admin-token-file F]] [--access-log FILE]
-         [--store redis://... [--store-max-stale 60s]]
+         [--store redis://... [--store-max-stale 60s] [--follow | --announce BASE_URL]]
          Serve the API at /v1 and the customer dashboard at /dashboard (default port 8080,
          one worker thread per core). --signup lets anyone make an account in the dashboard;
          --trust-proxy trusts a reverse proxy's X-Forwarded-Proto/-For/-Host in the dashboard.
@@ -163,7 +167,10 @@ export const serveCommands: Command[] = [
          Optionally run "ipr update" every interval, and serve /metrics and /provenance on an
          admin port. --store (or IPR_STORE) serves the customers of a shared Redis store, with
          limits shared across every node serving it (docs/DEPLOY.md "Many nodes"); past
-         --store-max-stale without Redis, keyed requests are answered 503 until it is back.`,
+         --store-max-stale without Redis, keyed requests are answered 503 until it is back.
+         With a store, one node builds (--update-interval with --announce: its admin port
+         serves the snapshots it publishes) and the others --follow: they fetch, verify and
+         swap in each announced snapshot.`,
     run: (args) => serveCommand(args, false),
   },
   {

@@ -4,7 +4,9 @@
  */
 import { buildSnapshot } from '../pipeline/build.js';
 import { exportMmdb } from '../pipeline/mmdb-export.js';
-import { builtAtOfName, rollback, withDataLock } from '../pipeline/publish.js';
+import { announcePublished, currentNotice, withBuilderLock } from '../pipeline/distribute.js';
+import { builtAtOfName, publishedName, rollback, withDataLock } from '../pipeline/publish.js';
+import { RedisConnection } from '../store/redis-connection.js';
 import { updateSnapshot, type UpdateOptions, type UpdateResult } from '../pipeline/update.js';
 import { openSnapshot } from '../snapshot.js';
 import { dataDirOf, integerOption, keepOption, listOption, options, UsageError, type Command } from './args.js';
@@ -39,6 +41,29 @@ function updateReport(r: UpdateResult): object {
   return { ...base, snapshot, sources: r.sources, fallbacks: fallbacks.length, ...(r.result === 'published' ? { pruned: r.summary.pruned } : {}) };
 }
 
+/**
+ * An update on the builder of several nodes: under the builder lock (two
+ * builders never build at once: build_locked), then the published snapshot
+ * announced to the followers, to be downloaded from `baseUrl` (the builder's
+ * admin port), unless it is announced already.
+ */
+async function asBuilder(storeUrl: string, updateOptions: UpdateOptions, baseUrl: string): Promise<UpdateResult> {
+  const connection = await RedisConnection.open(storeUrl, { name: 'ipr-builder' });
+  try {
+    return await withBuilderLock(connection, async () => {
+      const result = await updateSnapshot(updateOptions);
+      const published = publishedName(updateOptions.dataDir);
+      if (published !== null && (await currentNotice(connection))?.name !== published) {
+        const notice = await announcePublished(connection, updateOptions.dataDir, baseUrl);
+        process.stderr.write(`ipr: announced ${notice.name} (${formatBytes(notice.bytes)}, SHA-256 ${notice.sha256}) at ${notice.url}\n`);
+      }
+      return result;
+    });
+  } finally {
+    await connection.close();
+  }
+}
+
 async function update(args: string[]): Promise<number> {
   const { values } = options(args, {
     sources: { type: 'string' },
@@ -49,8 +74,12 @@ async function update(args: string[]): Promise<number> {
     'accept-shrink': { type: 'string' },
     'skip-unreachable': { type: 'boolean' },
     json: { type: 'boolean' },
+    store: { type: 'string' },
+    announce: { type: 'string' },
   });
   if (!values.sources) throw new UsageError('update needs --sources FILE');
+  const store = values.store ?? (process.env.IPR_STORE || undefined);
+  if (values.announce !== undefined && store === undefined) throw new UsageError('--announce needs --store (or IPR_STORE)');
   const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
   if (timeout !== undefined && !(timeout > 0 && timeout <= 3600)) throw new UsageError('--timeout takes seconds, more than 0 and at most 3600');
   const retries = integerOption(values.retries, '--retries', undefined);
@@ -68,7 +97,7 @@ async function update(args: string[]): Promise<number> {
     onProgress: progressPrinter(),
     onWarning: warningPrinter(),
   };
-  const result = await updateSnapshot(updateOptions);
+  const result = values.announce === undefined ? await updateSnapshot(updateOptions) : await asBuilder(store!, updateOptions, values.announce);
   endProgress();
   if (values.json) {
     process.stdout.write(`${JSON.stringify(updateReport(result))}\n`);
@@ -162,9 +191,11 @@ export const snapshotCommands: Command[] = [
   {
     name: 'update',
     usage: `update --sources FILE [--data DIR] [--keep N] [--force] [--timeout S] [--retries N]
-         [--accept-shrink NAME,...] [--skip-unreachable] [--json]
+         [--accept-shrink NAME,...] [--skip-unreachable] [--json] [--store URL --announce BASE_URL]
          Fetch every source (conditional requests; a failed, broken or shrunken download
-         keeps the last good copy), then build and publish unless nothing changed.`,
+         keeps the last good copy), then build and publish unless nothing changed.
+         --announce: the builder of several nodes takes the builder lock in the shared
+         store and announces the published snapshot, served from BASE_URL/snapshots/.`,
     run: update,
   },
   {

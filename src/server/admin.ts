@@ -18,10 +18,12 @@ import type { AddressInfo } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { errorBody, IprError } from '../errors.js';
+import { serveSnapshotFile } from '../pipeline/distribute.js';
 import type { Snapshot } from '../snapshot.js';
 import type { AccountStore } from '../store/accounts.js';
 import { LATENCY_BOUNDS_US, LIMITS, ROUTES, STATUSES, type MetricsReader, type MetricsTotals } from './metrics.js';
 import type { UpdateRun, UpdateStatus } from './updater.js';
+import type { SharedStoreStatus } from './shared-store.js';
 import { redactUrl } from '../text.js';
 
 const FAMILIES = ['ipv4', 'ipv6'] as const;
@@ -85,7 +87,8 @@ export class OperationsMetrics {
   readonly #updateSeconds: Gauge;
   readonly #lastSuccess: Gauge;
 
-  constructor(reader: MetricsReader, snapshot: Snapshot, store: AccountStore) {
+  /** `sharedStore`: the state of the node's shared customer store (Redis), when it serves one. */
+  constructor(reader: MetricsReader, snapshot: Snapshot, store: AccountStore, sharedStore: (() => SharedStoreStatus) | null = null) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     const read = () => reader.read();
@@ -203,6 +206,33 @@ export class OperationsMetrics {
     // Counted in the account store: the CLI's refusals too, across restarts.
     refusals('ipr_key_creations_refused_total', 'Keys not made: key_slots (no slot left for it), keys_per_day (the dashboard\'s daily cap)', ['key_slots', 'keys_per_day']);
     refusals('ipr_signups_refused_total', 'Sign-ups refused by the daily cap (--max-signups-per-day)', ['signups_per_day']);
+    if (sharedStore !== null) {
+      const gauge = (name: string, help: string, value: (s: SharedStoreStatus) => number) =>
+        new Gauge({
+          name,
+          help,
+          registers,
+          collect() {
+            this.set(value(sharedStore()));
+          },
+        });
+      const counter = (name: string, help: string, value: (s: SharedStoreStatus) => number) =>
+        new Counter({
+          name,
+          help,
+          registers,
+          collect() {
+            this.reset();
+            this.inc(value(sharedStore()));
+          },
+        });
+      gauge('ipr_store_up', '1 while the shared customer store (Redis) answers the lease calls and the change stream is followed', (s) => (s.up ? 1 : 0));
+      gauge('ipr_store_stale_seconds', 'Seconds since the shared customer store last answered (0 while it does)', (s) => s.staleSeconds);
+      gauge('ipr_store_refusing', '1 while keyed requests are answered 503: the store has been unreachable past --store-max-stale', (s) => (s.refusing ? 1 : 0));
+      counter('ipr_store_lease_calls_total', 'Calls to the shared store for limit leases (the request path makes none)', (s) => s.leaseCalls);
+      counter('ipr_store_changes_applied_total', 'Customer changes from the store\'s change stream applied to this node\'s replica', (s) => s.changesApplied);
+      counter('ipr_store_resyncs_total', 'Full reads of every customer into the replica (at start, or when the stream could not say what changed)', (s) => s.resyncs);
+    }
     this.#swaps = new Counter({ name: 'ipr_snapshot_swaps_total', help: 'Newly published snapshots the server moved to', registers });
     this.#snapshotProblems = new Counter({
       name: 'ipr_snapshot_problems_total',
@@ -285,6 +315,8 @@ export interface AdminOptions {
   token: string | null;
   metrics: OperationsMetrics;
   provenance: () => object;
+  /** Serve the published snapshot files of this data folder at /snapshots/<name>: the builder of several nodes (docs/DEPLOY.md "Many nodes"). */
+  snapshotsOf?: string;
 }
 
 export interface AdminServer {
@@ -319,6 +351,10 @@ export async function startAdmin(options: AdminOptions): Promise<AdminServer> {
       return;
     }
     const route = (req.url ?? '').split('?')[0];
+    if (options.snapshotsOf !== undefined && route?.startsWith('/snapshots/') && (req.method === 'GET' || req.method === 'HEAD')) {
+      serveSnapshotFile(options.snapshotsOf, req, res);
+      return;
+    }
     if (route !== '/metrics' && route !== '/provenance') {
       send(404, json, errorBody('not_found'));
       return;

@@ -21,6 +21,7 @@ import { createLogger, type Logger } from '../log.js';
 import { openapiDocument } from './openapi.js';
 import { createMetricsBuffer, MetricsReader } from './metrics.js';
 import { loadPlans } from '../plans.js';
+import { followSnapshots, type SnapshotFollower } from '../pipeline/distribute.js';
 import { DEFAULT_STORE_MAX_STALE_MS, SharedStoreNode } from './shared-store.js';
 import { ScheduledUpdates } from './updater.js';
 import { UsageRecorder } from './usage.js';
@@ -63,6 +64,14 @@ export interface ServeOptions {
   store?: string;
   /** With a shared store: how long keys are answered while it cannot be reached, ms (then 503). */
   storeMaxStaleMs?: number;
+  /**
+   * With a shared store and scheduled updates: this node is the builder. Its
+   * updates take the builder lock and announce each published snapshot, to be
+   * downloaded from this base URL (its admin port, which serves the files).
+   */
+  announce?: string;
+  /** With a shared store: fetch, verify and publish the snapshots the builder announces (docs/DEPLOY.md "Many nodes"). */
+  follow?: boolean;
   log?: Logger;
 }
 
@@ -148,6 +157,10 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     },
   });
   const fileModes = (message: string) => log.warn({ event: 'file_mode' }, message);
+  if ((options.announce !== undefined || options.follow) && options.store === undefined) throw new IprError('invalid_argument', '--announce and --follow need --store');
+  if (options.announce !== undefined && (options.update === undefined || options.admin === undefined)) {
+    throw new IprError('invalid_argument', '--announce needs --update-interval (the builder updates) and --admin-port (followers download from it)');
+  }
   const plans = loadPlans();
   let shared: SharedStoreNode | null = null;
   try {
@@ -187,7 +200,11 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const limitState = createLimitState(shared === null ? store.keySlots() : 1);
   const usage = shared === null ? new UsageRecorder(store, new Limits(limitState), clock) : null;
   usage?.load();
-  const closeStore = () => shared?.close() ?? store.close();
+  let follower: SnapshotFollower | null = null;
+  const closeStore = async () => {
+    await follower?.close();
+    await (shared?.close() ?? store.close());
+  };
 
   const workers: Worker[] = [];
   const start = (index: number, port: number) =>
@@ -242,6 +259,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
           dataDir: options.dataDir,
           ...options.update,
           builtAt: new Date(snapshot.info().built_at),
+          ...(options.announce === undefined ? {} : { extraArgs: ['--store', options.store!, '--announce', options.announce] }),
           log,
           onFinished: (run) => operations?.updateFinished(run),
         });
@@ -253,7 +271,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       // Loaded here: prom-client is for servers with an admin port, not every ipr command.
       const { OperationsMetrics, provenance, startAdmin } = await import('./admin.js');
       const reader = new MetricsReader(metricsBuffer);
-      operations = new OperationsMetrics(reader, snapshot, store);
+      operations = new OperationsMetrics(reader, snapshot, store, shared === null ? null : () => shared!.status());
       foldTimer = setInterval(() => reader.fold(), METRICS_FOLD_MS);
       admin = await startAdmin({
         host: options.admin.host ?? '127.0.0.1',
@@ -261,10 +279,22 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         token: options.admin.token,
         metrics: operations,
         provenance: () => provenance(snapshot, updates?.status() ?? null),
+        ...(options.announce === undefined ? {} : { snapshotsOf: options.dataDir }),
       });
     }
     workers.push(options.port === 0 ? await startOnFreePort() : (await start(0, port)).worker);
     for (let i = 1; i < workerCount; i++) workers.push((await start(i, port)).worker);
+    if (options.follow) {
+      // A fetched snapshot is published into the data folder; the watch above swaps it in.
+      follower = await followSnapshots(shared!.redis.connection, options.dataDir, {
+        token: options.admin?.token ?? null,
+        onOutcome: (o) => {
+          if (o.result === 'refused') log.error({ event: 'snapshot', name: o.name, reason: o.reason }, 'an announced snapshot was refused; still serving the last good one');
+          else if (o.result === 'published') log.info({ event: 'snapshot', name: o.name }, 'fetched and published the announced snapshot');
+        },
+        onError: (error) => log.warn({ err: error }, 'following the snapshot announcements failed; following them again'),
+      });
+    }
   } catch (error) {
     await updates?.close();
     await admin?.close();

@@ -26,6 +26,8 @@ export interface UpdaterOptions {
   intervalMs: number;
   /** Older snapshots to keep (ipr update --keep). */
   keep?: number;
+  /** More arguments of `ipr update`: --store and --announce on the builder of several nodes. */
+  extraArgs?: string[];
   /** When the serving snapshot was built: one older than the interval is updated at once. */
   builtAt: Date;
   log: Logger;
@@ -103,7 +105,7 @@ export class ScheduledUpdates {
     const { dataDir, sources, keep, log } = this.#options;
     const startedAt = Date.now();
     this.#next = null;
-    const args = [CLI, 'update', '--sources', sources, '--data', dataDir, '--json', ...(keep === undefined ? [] : ['--keep', String(keep)])];
+    const args = [CLI, 'update', '--sources', sources, '--data', dataDir, '--json', ...(keep === undefined ? [] : ['--keep', String(keep)]), ...(this.#options.extraArgs ?? [])];
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.#child = child;
     try {
