@@ -229,7 +229,16 @@ export class OperationsMetrics {
       gauge('ipr_store_up', '1 while the shared customer store (Redis) answers the lease calls and the change stream is followed', (s) => (s.up ? 1 : 0));
       gauge('ipr_store_stale_seconds', 'Seconds since the shared customer store last answered (0 while it does)', (s) => s.staleSeconds);
       gauge('ipr_store_refusing', '1 while keyed requests are answered 503: the store has been unreachable past --store-max-stale', (s) => (s.refusing ? 1 : 0));
-      counter('ipr_store_lease_calls_total', 'Calls to the shared store for limit leases (the request path makes none)', (s) => s.leaseCalls);
+      new Counter({
+        name: 'ipr_store_lease_calls_total',
+        help: 'Calls to the shared store for limit leases, by why (the request path makes none)',
+        labelNames: ['reason'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [reason, n] of Object.entries(sharedStore().leaseCalls)) this.inc({ reason }, n);
+        },
+      });
       counter('ipr_store_changes_applied_total', 'Customer changes from the store\'s change stream applied to this node\'s replica', (s) => s.changesApplied);
       counter('ipr_store_resyncs_total', 'Full reads of every customer into the replica (at start, or when the stream could not say what changed)', (s) => s.resyncs);
     }

@@ -236,6 +236,7 @@ class Api {
     if (version !== this.#grantsVersion) {
       this.#grants.clear();
       this.#grantsVersion = version;
+      this.ctx.store.readFresh();
     }
     let grant = this.#grants.get(header);
     if (grant === undefined) {

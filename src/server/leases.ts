@@ -888,8 +888,10 @@ export class LeaseManager {
     if (this.#byslot.get(k.slot) !== k) return;
     const revoked = status === 'revoked' || status === 'suspended' || status === 'missing';
     this.table.update(k.slot, (s) => {
-      s.setFlags(k.key.plan.requestsPerDay === null, revoked, true);
-      if (why === 'idle' || why === 'close') return;
+      // After giving everything back the node holds no allowance it asked for: the next request waits for one.
+      const ended = why === 'idle' || why === 'close';
+      s.setFlags(k.key.plan.requestsPerDay === null, revoked, !ended);
+      if (ended) return;
       if (k.key.plan.requestsPerDay !== null) {
         const d = Number(day);
         if (s.day !== d) {

@@ -35,7 +35,8 @@ export interface SharedStoreStatus {
   staleSeconds: number;
   /** Keyed requests are refused (503): stale past the bound. */
   refusing: boolean;
-  leaseCalls: number;
+  /** Lease calls made, by why (leases.ts CallReason). */
+  leaseCalls: Record<string, number>;
   changesApplied: number;
   resyncs: number;
 }
@@ -121,7 +122,7 @@ export class SharedStoreNode {
       up: since === 0,
       staleSeconds: since === 0 ? 0 : (Date.now() - since) / 1000,
       refusing: this.#refusing,
-      leaseCalls: this.#manager.calls,
+      leaseCalls: { ...this.#manager.callsBy },
       changesApplied: this.#replica.applied,
       resyncs: this.#replica.resyncs,
     };

@@ -181,6 +181,15 @@ export class AccountStore {
     return Atomics.load(this.#changeCount, 0);
   }
 
+  /**
+   * Makes the next read see every committed change. lmdb-js keeps a read
+   * transaction until a timer of the thread's event loop ends it; a reader
+   * that has just seen changeCount() move must not wait for that timer.
+   */
+  readFresh(): void {
+    this.#root.resetReadTxn();
+  }
+
   /** Keys issued so far have ids below this. */
   nextKeyId(): number {
     return this.#meta.get('nextKeyId') ?? 0;
