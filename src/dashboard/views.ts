@@ -7,7 +7,7 @@
  * too, up to a second later (usage.ts), and holds the days before.
  */
 import { IprError } from '../errors.js';
-import { dayOf, type Account, type AccountStore, type KeyRecord } from '../store/accounts.js';
+import { dayOf, type Account, type AccountStore, type SlottedKeyRecord } from '../store/accounts.js';
 import type { Clock } from '../clock.js';
 import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
@@ -63,7 +63,7 @@ export function accountView(ctx: ViewContext, account: Account, csrf: string) {
 }
 
 /** Today's count and the last use of a key: the live counters when they are about today, else the store's. */
-function liveUsage(ctx: ViewContext, record: KeyRecord): { today: number; lastUsed: string | null } {
+function liveUsage(ctx: ViewContext, record: SlottedKeyRecord): { today: number; lastUsed: string | null } {
   const now = ctx.clock.now();
   const stored = ctx.store.usage(record.id, dayOf(now));
   const live = record.slot < ctx.limits.maxKeys ? ctx.limits.readKey(record.slot) : null;
@@ -75,7 +75,7 @@ function liveUsage(ctx: ViewContext, record: KeyRecord): { today: number; lastUs
   return { today, lastUsed };
 }
 
-export function keyView(ctx: ViewContext, record: KeyRecord): KeyView {
+export function keyView(ctx: ViewContext, record: SlottedKeyRecord): KeyView {
   const { today, lastUsed } = liveUsage(ctx, record);
   return { name: record.name, prefix: record.prefix, created: record.created, last_used: lastUsed, requests_today: today, allowed: record.allowed };
 }

@@ -299,9 +299,8 @@ export class RedisCustomerStore implements CustomerStore {
       const key = KEY_TAG + randomBytes(32).toString('base64url');
       const id = await this.connection.command<number>(idKey, ['INCR', idKey]);
       const record: KeyRecord = {
+        // No slot: each node maps the keys it serves to its own lease table (leases.ts).
         id,
-        // No data folder's limit table here: each node maps the keys it serves to its own lease table (leases.ts).
-        slot: id,
         account: normal,
         name: trimmed,
         prefix: key.slice(0, PREFIX_LENGTH),
