@@ -128,6 +128,15 @@ function endingSessions(account: Account): Account {
   return { ...account, sessionGeneration: (account.sessionGeneration ?? 0) + 1 };
 }
 
+/** A key's name as stored: trimmed, 1 to 100 characters of what people type; else IprError invalid_argument. */
+export function keyName(name: string): string {
+  const trimmed = name.trim();
+  if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+  // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
+  if (hasControlOrFormat(trimmed)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
+  return trimmed;
+}
+
 /** UTC day as YYYY-MM-DD. */
 export function dayOf(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
@@ -254,8 +263,8 @@ export class AccountStore {
   }
 
   /** Counts a refused creation (a key without a slot, over a daily cap...), for the admin port's metrics. */
-  countRefusal(reason: string): void {
-    void this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
+  async countRefusal(reason: string): Promise<void> {
+    await this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
   }
 
   /** Refusals counted by countRefusal, by reason. */
@@ -372,15 +381,12 @@ export class AccountStore {
 
   /** Creates keys named `names`, all in one transaction (one sync, however many), as createKey does one. */
   createKeys(email: string, names: string[], allowed: string[] = [], reserve = 0): { key: string; record: SlottedKeyRecord }[] {
-    const trimmed = names.map((name) => name.trim());
-    if (trimmed.some((n) => n.length === 0 || n.length > 100)) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
-    // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
-    if (trimmed.some(hasControlOrFormat)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
+    const trimmed = names.map(keyName);
     const allowedList = normaliseAllowed(allowed);
     try {
       return this.#commitChange(() => trimmed.map((name) => this.#createKey(email, name, allowedList, reserve)));
     } catch (error) {
-      if (error instanceof IprError && error.code === 'key_slots_full') this.countRefusal('key_slots');
+      if (error instanceof IprError && error.code === 'key_slots_full') void this.countRefusal('key_slots');
       throw error;
     }
   }
@@ -607,10 +613,14 @@ export class AccountStore {
     });
   }
 
-  /** Removes the sessions `expired` says are over and the attempt counts whose window has ended; resolves with how many. */
-  pruneDashboardState(expired: (s: Session) => boolean, nowMs: number): Promise<number> {
+  /**
+   * Removes the sessions `expired` says are over (given the session's
+   * account, undefined when gone) and the attempt counts whose window has
+   * ended; resolves with how many.
+   */
+  pruneDashboardState(expired: (s: Session, account: Account | undefined) => boolean, nowMs: number): Promise<number> {
     return this.#root.transaction(() => {
-      const sessions = [...this.#sessions.getRange()].filter(({ value }) => expired(value));
+      const sessions = [...this.#sessions.getRange()].filter(({ value }) => expired(value, this.account(value.account)));
       const attempts = [...this.#attempts.getRange()].filter(({ value }) => nowMs >= value.ends);
       for (const { key } of sessions) this.#sessions.remove(key);
       for (const { key } of attempts) this.#attempts.remove(key);
