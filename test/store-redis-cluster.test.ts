@@ -2,8 +2,9 @@
  * The Redis store on a Redis Cluster of three masters made with
  * `redis-cli --cluster create` on loopback: one customer's keys in one hash
  * slot (so its scripts run), customers spread over the masters, keys found
- * by digest from another connection, the change stream followed, and the
- * daily limit exact through the lease script.
+ * by digest from another connection, the change stream followed, the
+ * sign-in limits and session generations, and the daily limit exact through
+ * the lease script.
  */
 import t from 'tap';
 import { dayOf } from '../src/store/accounts.js';
@@ -46,6 +47,17 @@ t.test('accounts, keys, changes and leases on a three-master cluster', async (t)
   while (!seen.some((c) => c.type === 'key-revoked') && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   t.match(seen.find((c) => c.type === 'key-revoked'), { account: emails[0], key: made[0]!.id, digest: made[0]!.hash });
   t.equal(seen.filter((c) => c.type === 'key-created').length, 12);
+
+  // The sign-in limits' script touches two keys of one account's slot; a session generation bumps in the account's hash.
+  const rules = { windowMs: 60_000, maxPerAccountAndClient: 1, maxPerClient: 30, slowFromFailures: 5, maxWaitMs: 8000 };
+  t.same(await store.admitSignIn(emails[2]!, '192.0.2.1', rules, 0), { waitMs: 0 });
+  await store.signInFailed(emails[2]!, rules, 0);
+  t.match(await other.admitSignIn(emails[2]!, '192.0.2.1', rules, 0), { refusedMs: Number }, 'refused from another connection');
+  await other.signInSucceeded(emails[2]!, '192.0.2.1');
+  t.same(await store.admitSignIn(emails[2]!, '192.0.2.1', rules, 0), { waitMs: 0 });
+  t.equal((await other.setPassword(emails[2]!, 'a new long password')).sessionGeneration, 1);
+  t.equal((await store.setStatus(emails[3]!, 'suspended')).sessionGeneration, 1);
+  t.same((await store.createKeys(emails[4]!, ['b1', 'b2'])).map((m) => m.record.name), ['b1', 'b2']);
 
   const record = made[1]!;
   const plan = { name: 'small', requestsPerDay: 150, requestsPerSecond: 100_000 };

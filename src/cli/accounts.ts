@@ -1,7 +1,8 @@
 /**
  * The customer commands: accounts (create, list, set-password, set-plan,
  * suspend, reactivate, backup) and keys (create, list, revoke, allow), on the
- * data folder's account store. Customers' text (emails, key names) reaches the
+ * customer store: the data folder's, or the Redis store of --store /
+ * IPR_STORE (store/open.ts). Customers' text (emails, key names) reaches the
  * terminal only through terminalSafe (text.ts), in lines as in tables.
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
@@ -9,8 +10,11 @@ import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { IprError } from '../errors.js';
 import { loadPlans } from '../plans.js';
-import { AccountStore, dayOf } from '../store/accounts.js';
-import { dataDirOf, integerOption, listOption, options, UsageError, type Command } from './args.js';
+import { AccountStore } from '../store/accounts.js';
+import { openCustomerStore } from '../store/open.js';
+import { redactStoreUrl } from '../store/redis-connection.js';
+import type { CustomerStore } from '../store/types.js';
+import { dataDirOf, integerOption, listOption, options, STORE_OPTION, storeUrlOf, UsageError, type Command } from './args.js';
 import { formatBytes, table } from './output.js';
 import { terminalSafe } from '../text.js';
 
@@ -31,9 +35,9 @@ function requirePlan(plan: string | undefined): string {
   return plan;
 }
 
-/** Runs `action` on the data folder's account store, closing it afterwards. */
-async function withStore<T>(dataDir: string, action: (store: AccountStore) => Promise<T> | T): Promise<T> {
-  const store = new AccountStore(dataDir);
+/** Runs `action` on the command's customer store, closing it afterwards. */
+async function withStore<T>(values: { data?: string; store?: string }, action: (store: CustomerStore) => Promise<T>): Promise<T> {
+  const store = await openCustomerStore(dataDirOf(values), storeUrlOf(values));
   try {
     return await action(store);
   } finally {
@@ -47,7 +51,11 @@ async function withStore<T>(dataDir: string, action: (store: AccountStore) => Pr
  * so DIR holds a whole backup or nothing).
  */
 async function backup(args: string[]): Promise<number> {
-  const { values } = options(args, { out: { type: 'string' } });
+  const { values } = options(args, { out: { type: 'string' }, ...STORE_OPTION });
+  const url = storeUrlOf(values);
+  if (url !== undefined) {
+    throw new IprError('backup_failed', `accounts backup copies the account store of a data folder; the customers here are in Redis (${redactStoreUrl(url)}): back it up with Redis's own tools (its RDB snapshots or append-only file)`);
+  }
   const out = values.out;
   if (!out) throw new UsageError('accounts backup needs --out DIR (a folder that does not exist yet)');
   const store = path.join(dataDirOf(values), 'accounts', 'data.mdb');
@@ -56,7 +64,13 @@ async function backup(args: string[]): Promise<number> {
   const partial = `${out}.${process.pid}.partial`;
   try {
     mkdirSync(partial);
-    await withStore(dataDirOf(values), (store) => store.backup(partial));
+    // Only the data folder's store is copied here (a Redis store was refused above).
+    const accounts = new AccountStore(dataDirOf(values));
+    try {
+      await accounts.backup(partial);
+    } finally {
+      await accounts.close();
+    }
     renameSync(partial, out);
   } catch (error) {
     rmSync(partial, { recursive: true, force: true });
@@ -76,10 +90,12 @@ function shownTime(iso: string): string {
 async function accounts(args: string[]): Promise<number> {
   const [action, ...rest] = args;
   if (action === 'backup') return backup(rest);
-  const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' } });
+  const { values } = options(rest, { email: { type: 'string' }, plan: { type: 'string' }, ...STORE_OPTION });
   if (action === 'list') {
-    const rows = await withStore(dataDirOf(values), (store) =>
-      store.listAccounts().map((a) => [a.email, a.plan, a.status, shownTime(a.created), store.listKeys(a.email).filter((k) => k.revoked === null).length]),
+    const rows = await withStore(values, async (store) =>
+      Promise.all(
+        (await store.listAccounts()).map(async (a) => [a.email, a.plan, a.status, shownTime(a.created), (await store.listKeys(a.email)).filter((k) => k.revoked === null).length]),
+      ),
     );
     process.stdout.write(`${table([['email', 'plan', 'status', 'created (UTC)', 'active keys'], ...rows], 4)}\n`);
     return 0;
@@ -88,7 +104,7 @@ async function accounts(args: string[]): Promise<number> {
   if (!email) throw new UsageError(`accounts ${action ?? ''} needs --email E`);
   if (!['create', 'set-password', 'set-plan', 'suspend', 'reactivate'].includes(action ?? '')) throw new UsageError(`unknown accounts command "${action ?? ''}"`);
   const plan = action === 'create' || action === 'set-plan' ? requirePlan(values.plan) : '';
-  const line = await withStore(dataDirOf(values), async (store) => {
+  const line = await withStore(values, async (store) => {
     if (action === 'create') {
       const account = await store.createAccount(email, await readPassword(), plan);
       return `created account ${terminalSafe(account.email)} (plan ${account.plan})`;
@@ -98,10 +114,10 @@ async function accounts(args: string[]): Promise<number> {
       return `${terminalSafe(account.email)}: password set; every dashboard session ended`;
     }
     if (action === 'set-plan') {
-      const account = store.setPlan(email, plan);
+      const account = await store.setPlan(email, plan);
       return `${terminalSafe(account.email)}: plan ${account.plan}`;
     }
-    const account = store.setStatus(email, action === 'suspend' ? 'suspended' : 'active');
+    const account = await store.setStatus(email, action === 'suspend' ? 'suspended' : 'active');
     return `${terminalSafe(account.email)}: ${account.status}`;
   });
   process.stdout.write(`${line}\n`);
@@ -117,6 +133,7 @@ async function keys(args: string[]): Promise<number> {
     allow: { type: 'string' },
     prefix: { type: 'string' },
     from: { type: 'string' },
+    ...STORE_OPTION,
   });
   const email = values.account;
   if (!email) throw new UsageError(`keys ${action ?? ''} needs --account E`);
@@ -126,7 +143,7 @@ async function keys(args: string[]): Promise<number> {
       if (!name) throw new UsageError('keys create needs --name N');
       const count = integerOption(values.count, '--count', 1, 1)!;
       const names = Array.from({ length: count }, (_, i) => (count === 1 ? name : `${name} ${i + 1}`));
-      const made = await withStore(dataDirOf(values), (store) => store.createKeys(email, names, listOption(values.allow)));
+      const made = await withStore(values, (store) => store.createKeys(email, names, listOption(values.allow)));
       made.forEach(({ record }, i) =>
         process.stderr.write(`created key ${record.prefix} "${terminalSafe(record.name)}" for ${terminalSafe(record.account)}${i === 0 ? '; it is shown once, now:' : ''}\n`),
       );
@@ -134,17 +151,22 @@ async function keys(args: string[]): Promise<number> {
       return 0;
     }
     case 'list': {
-      const today = dayOf(Date.now());
-      const rows = await withStore(dataDirOf(values), (store) =>
-        store.listKeys(email).map((k) => [
-          k.prefix,
-          k.name,
-          shownTime(k.created),
-          k.lastUsed ? shownTime(k.lastUsed) : 'never',
-          k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
-          store.usage(k.id, today),
-          k.allowed.join(',') || 'anywhere',
-        ]),
+      const now = Date.now();
+      const rows = await withStore(values, async (store) =>
+        Promise.all(
+          (await store.listKeys(email)).map(async (k) => {
+            const today = await store.keyToday(k, now);
+            return [
+              k.prefix,
+              k.name,
+              shownTime(k.created),
+              today.lastUsed ? shownTime(today.lastUsed) : 'never',
+              k.revoked ? `revoked ${k.revoked.slice(0, 10)}` : 'active',
+              today.requests,
+              k.allowed.join(',') || 'anywhere',
+            ];
+          }),
+        ),
       );
       process.stdout.write(`${table([['prefix', 'name', 'created (UTC)', 'last used (UTC)', 'status', 'today', 'allowed from'], ...rows], 99)}\n`);
       return 0;
@@ -152,14 +174,14 @@ async function keys(args: string[]): Promise<number> {
     case 'revoke': {
       const prefix = values.prefix;
       if (!prefix) throw new UsageError('keys revoke needs --prefix P');
-      const record = await withStore(dataDirOf(values), (store) => store.revokeKey(email, prefix));
+      const record = await withStore(values, (store) => store.revokeKey(email, prefix));
       process.stdout.write(`revoked key ${record.prefix} "${terminalSafe(record.name)}"\n`);
       return 0;
     }
     case 'allow': {
       const prefix = values.prefix;
       if (!prefix || values.from === undefined) throw new UsageError('keys allow needs --prefix P --from CIDR,...');
-      const record = await withStore(dataDirOf(values), (store) => store.setAllowed(email, prefix, listOption(values.from)));
+      const record = await withStore(values, (store) => store.setAllowed(email, prefix, listOption(values.from)));
       process.stdout.write(`key ${record.prefix} allowed from ${record.allowed.join(', ') || 'anywhere'}\n`);
       return 0;
     }
@@ -177,7 +199,7 @@ export const customerCommands: Command[] = [
   accounts set-plan --email E --plan P
   accounts suspend --email E
   accounts reactivate --email E
-  accounts backup --out DIR                 (a copy of the account store, safe while it is in use)`,
+  accounts backup --out DIR                 (a copy of the data folder's account store, safe while it is in use)`,
     run: accounts,
   },
   {

@@ -33,6 +33,14 @@ export function dataDirOf(values: { data?: string | undefined }): string {
   return values.data ?? 'data';
 }
 
+/** `--store URL`, taken by every command that touches customers. */
+export const STORE_OPTION = { store: { type: 'string' } } as const;
+
+/** The customer store of a command: --store, else IPR_STORE (empty: none); neither: the data folder's. */
+export function storeUrlOf(values: { store?: string | undefined }): string | undefined {
+  return values.store ?? (process.env.IPR_STORE || undefined);
+}
+
 export function integerOption(value: string | undefined, name: string, fallback: number | undefined, min = 0): number | undefined {
   if (value === undefined) return fallback;
   const n = Number(value);

@@ -21,7 +21,7 @@ import { ERROR_CODES, errorBody, IprError, type ErrorCode } from '../errors.js';
 import { addressOf, Exchange, JSON_TYPE, lastOf, parseJsonObject, type ExchangeScope, type Header } from '../http/exchange.js';
 import { Router, type Method } from '../http/router.js';
 import type { Logger } from '../log.js';
-import type { AccountStore } from '../store/accounts.js';
+import type { CustomerStore } from '../store/types.js';
 import { Sessions, sessionCookie, type CurrentSession } from './sessions.js';
 import { loadStatic, type StaticFile } from './static.js';
 import { accountView, createKey, keysView, keyView, sourcesView, usageView, type ViewContext } from './views.js';
@@ -44,7 +44,8 @@ export interface DashboardOptions {
 }
 
 export interface DashboardContext extends ViewContext, DashboardOptions, ExchangeScope {
-  store: AccountStore;
+  /** Whichever store serves the customers (LMDB of the data folder, or Redis): the dashboard does not know which. */
+  store: CustomerStore;
   clock: Clock;
   log: Logger;
 }
@@ -214,46 +215,55 @@ class Dashboard {
     ex.send(404, page.body, [['Content-Type', page.type], NO_STORE]);
   }
 
+  /** An IprError answers its code; anything else 500, logged. */
+  fail(ex: DashboardExchange, route: string, error: unknown): void {
+    if (error instanceof IprError && error.code === 'invalid_argument') return ex.sendError('invalid_request', error.message);
+    if (error instanceof IprError && ERROR_CODES[error.code].status < 500) return ex.sendError(error.code, error.message, error.details);
+    this.ctx.log.error({ route, err: error }, 'dashboard request failed');
+    ex.sendError('internal_error');
+  }
+
   /**
    * A JSON endpoint: the cross-site check for changes, the session (and its
    * CSRF token for a change) when `signedIn`, the body for POST and PUT, then
-   * `endpoint`. An IprError answers its code; anything else 500, logged.
+   * `endpoint`. The body is read while the session is looked up (uWS hands
+   * body bytes only to a reader registered in the request's synchronous
+   * top), and a refused body is answered only once the session passed.
    */
   endpoint(method: Method, pattern: string, signedIn: boolean, endpoint: Endpoint) {
     const params = pattern.split('/').filter((s) => s.startsWith(':')).length;
     const change = method !== 'get';
     return (res: HttpResponse, req: HttpRequest): void => {
       const ex = this.begin(res, req, params);
-      const fail = (error: unknown) => {
-        if (error instanceof IprError && error.code === 'invalid_argument') return ex.sendError('invalid_request', error.message);
-        if (error instanceof IprError && ERROR_CODES[error.code].status < 500) return ex.sendError(error.code, error.message, error.details);
-        this.ctx.log.error({ route: pattern, err: error }, 'dashboard request failed');
-        ex.sendError('internal_error');
-      };
+      const fail = (error: unknown) => this.fail(ex, pattern, error);
       try {
         if (change && ex.crossSite()) return ex.sendError('cross_site');
-        const current = this.sessions.current(ex.req.sessionId);
-        if (signedIn && current === null) return ex.sendError('signed_out');
-        if (signedIn && change && !Sessions.csrfMatches(current!.session, ex.req.csrf)) return ex.sendError('csrf_failed');
-        const run = (body: Record<string, unknown>) => {
-          Promise.resolve()
-            .then(() => endpoint({ req: ex.req, current, body }))
-            .then((answer) => {
-              const cookie: Header[] = answer.cookie === undefined ? [] : [['Set-Cookie', answer.cookie]];
-              ex.sendJson(answer.status ?? 200, JSON.stringify(answer.body), cookie);
-            }, fail);
-        };
-        if (method !== 'post' && method !== 'put') return run({});
-        ex.readBody(ex.req, MAX_BODY, {
-          onBody: (bytes) => {
-            try {
-              run(parseJsonObject(bytes));
-            } catch (error) {
-              fail(error);
-            }
-          },
-          onBodyRefused: (code, details) => ex.sendError(code, undefined, details),
-        });
+        const session = this.sessions.current(ex.req.sessionId);
+        const body =
+          method !== 'post' && method !== 'put'
+            ? Promise.resolve({})
+            : new Promise<Record<string, unknown>>((resolve, reject) =>
+                ex.readBody(ex.req, MAX_BODY, {
+                  onBody: (bytes) => {
+                    try {
+                      resolve(parseJsonObject(bytes));
+                    } catch (error) {
+                      reject(error);
+                    }
+                  },
+                  onBodyRefused: (code, details) => reject(new IprError(code, undefined, details)),
+                }),
+              );
+        body.catch(() => undefined); // answered below, after the session
+        session
+          .then(async (current) => {
+            if (signedIn && current === null) return ex.sendError('signed_out');
+            if (signedIn && change && !Sessions.csrfMatches(current!.session, ex.req.csrf)) return ex.sendError('csrf_failed');
+            const answer = await endpoint({ req: ex.req, current, body: await body });
+            const cookie: Header[] = answer.cookie === undefined ? [] : [['Set-Cookie', answer.cookie]];
+            ex.sendJson(answer.status ?? 200, JSON.stringify(answer.body), cookie);
+          })
+          .catch(fail);
       } catch (error) {
         fail(error);
       }
@@ -279,8 +289,8 @@ class Dashboard {
     return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
   };
 
-  signOutEverywhere: Endpoint = ({ req, current }) => {
-    this.sessions.signOutEverywhere(current!);
+  signOutEverywhere: Endpoint = async ({ req, current }) => {
+    await this.sessions.signOutEverywhere(current!);
     this.ctx.log.info({ event: 'sign_out_everywhere', account: current!.account.email }, 'dashboard signed out everywhere');
     return { body: { signed_out: true }, cookie: sessionCookie(null, req.secure) };
   };
@@ -302,7 +312,7 @@ class Dashboard {
 
   account: Endpoint = ({ current }) => ({ body: accountView(this.ctx, current!.account, current!.session.csrf) });
 
-  keys: Endpoint = ({ current }) => ({ body: keysView(this.ctx, current!.account) });
+  keys: Endpoint = async ({ current }) => ({ body: await keysView(this.ctx, current!.account) });
 
   createKey: Endpoint = async ({ current, body }) => {
     const created = await createKey(this.ctx, current!.account, body.name, body.allowed, this.ctx.keysPerDay);
@@ -310,21 +320,21 @@ class Dashboard {
     return { status: 201, body: created };
   };
 
-  revokeKey: Endpoint = ({ req, current }) => {
-    const record = this.ctx.store.revokeKey(current!.account.email, req.params[0]!);
+  revokeKey: Endpoint = async ({ req, current }) => {
+    const record = await this.ctx.store.revokeKey(current!.account.email, req.params[0]!);
     this.ctx.log.info({ event: 'key_revoked', account: current!.account.email, prefix: record.prefix }, 'dashboard revoked a key');
     return { body: { prefix: record.prefix, revoked: record.revoked } };
   };
 
-  setAllowed: Endpoint = ({ req, current, body }) => {
+  setAllowed: Endpoint = async ({ req, current, body }) => {
     const list = body.allowed;
     if (!(Array.isArray(list) && list.every((a) => typeof a === 'string'))) throw new IprError('invalid_request', 'allowed must be a list of addresses or CIDR prefixes');
-    const record = this.ctx.store.setAllowed(current!.account.email, req.params[0]!, list);
+    const record = await this.ctx.store.setAllowed(current!.account.email, req.params[0]!, list);
     if (record.revoked !== null) throw new IprError('key_missing', `no key ${record.prefix} in account ${current!.account.email}`);
-    return { body: keyView(this.ctx, record) };
+    return { body: await keyView(this.ctx, record) };
   };
 
-  usage: Endpoint = ({ current }) => ({ body: usageView(this.ctx, current!.account) });
+  usage: Endpoint = async ({ current }) => ({ body: await usageView(this.ctx, current!.account) });
 
   /** What any visitor may know: whether sign-up is open, and the data sources with their licenses. */
   about: Endpoint = () => ({ body: { signup: this.ctx.signup, sources: sourcesView(this.ctx) } });
@@ -338,11 +348,13 @@ class Dashboard {
     const page = ex.req.params[0]!;
     const needsSession = PAGES.get(page);
     if (needsSession === undefined || (page === 'sign-up' && !this.ctx.signup)) return this.notFoundPage(ex);
-    const signedIn = this.sessions.current(ex.req.sessionId) !== null;
-    if (needsSession && !signedIn) return ex.redirect('/dashboard/sign-in', ex.req.sessionId !== null);
-    if (!needsSession && signedIn) return ex.redirect('/dashboard/keys');
-    // no-store: after sign-out, Back must not show a signed-in page from memory.
-    ex.sendFile(this.files.get(`${page}.html`)!, 'no-store');
+    this.sessions.current(ex.req.sessionId).then((current) => {
+      const signedIn = current !== null;
+      if (needsSession && !signedIn) return ex.redirect('/dashboard/sign-in', ex.req.sessionId !== null);
+      if (!needsSession && signedIn) return ex.redirect('/dashboard/keys');
+      // no-store: after sign-out, Back must not show a signed-in page from memory.
+      ex.sendFile(this.files.get(`${page}.html`)!, 'no-store');
+    }, (error: unknown) => this.fail(ex, '/dashboard/:page', error));
   };
 
   asset = (res: HttpResponse, req: HttpRequest): void => {

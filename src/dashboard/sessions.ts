@@ -1,7 +1,7 @@
 /**
  * Dashboard sessions: sign-in with a limit on attempts, the session cookie,
- * expiry, CSRF tokens. Sessions and attempt counts are stored in the account
- * store (src/store/accounts.ts), so every worker thread and process sees the same ones.
+ * expiry, CSRF tokens. Sessions and attempt counts are stored in the customer
+ * store (src/store/types.ts), so every worker thread, process and node sees the same ones.
  *
  * - A session id is 32 random bytes, sent only in an HttpOnly, SameSite=Strict
  *   cookie (Secure when the request came over HTTPS); only its SHA-256 is stored.
@@ -18,7 +18,7 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { IprError } from '../errors.js';
-import type { Account, AccountStore, Session } from '../store/accounts.js';
+import type { Account, CustomerStore, Session } from '../store/types.js';
 import { normaliseEmail } from '../store/emails.js';
 import { checkNewPassword, MAX_PASSWORD_LENGTH } from '../store/passwords.js';
 import type { Clock } from '../clock.js';
@@ -51,7 +51,7 @@ export class Sessions {
   readonly #limits: SignInLimits;
 
   constructor(
-    private readonly store: AccountStore,
+    private readonly store: CustomerStore,
     private readonly clock: Clock,
   ) {
     this.#limits = new SignInLimits(store, clock);
@@ -76,17 +76,17 @@ export class Sessions {
    * The signed-in session of a request, or null: no cookie, an unknown or
    * expired session, or an account that is gone or suspended.
    */
-  current(id: string | null): CurrentSession | null {
+  async current(id: string | null): Promise<CurrentSession | null> {
     if (id === null) return null;
-    const session = this.store.session(id);
+    const session = await this.store.session(id);
     if (session === undefined) return null;
     const now = this.clock.now();
     if (this.expired(session, now)) return null;
-    const account = this.store.account(session.account);
+    const account = await this.store.account(session.account);
     if (account === undefined || account.status !== 'active' || !current(session, account)) return null;
     if (now - session.seen >= TOUCH_EVERY_MS) {
       // In the background: a lost touch only makes the idle expiry a minute earlier.
-      void this.store.touchSession(id, session, now).catch(() => undefined);
+      void this.store.touchSession(id, session, now, this.#ttl(session, now)).catch(() => undefined);
     }
     return { id, session, account };
   }
@@ -148,7 +148,7 @@ export class Sessions {
     await this.#limits.admitClient(address);
     // From everyone together: addresses are many, the accounts (and key slots) they can take are not.
     if ((await this.store.countAttempt([{ name: 'sign-ups', max: perDay, windowMs: DAY_MS }], this.clock.now())) > 0) {
-      this.store.countRefusal('signups_per_day');
+      await this.store.countRefusal('signups_per_day');
       throw new IprError('signup_limited');
     }
     try {
@@ -186,23 +186,25 @@ export class Sessions {
   }
 
   /** Ends every session of the account, this one included. */
-  signOutEverywhere(signedIn: CurrentSession): void {
-    this.store.endSessions(signedIn.account.email);
+  async signOutEverywhere(signedIn: CurrentSession): Promise<void> {
+    await this.store.endSessions(signedIn.account.email);
   }
 
   /** Removes expired sessions, sessions of an earlier generation and ended attempt windows from the store. */
   prune(): Promise<number> {
     const now = this.clock.now();
-    return this.store.pruneDashboardState((s) => {
-      const account = this.store.account(s.account);
-      return this.expired(s, now) || account === undefined || !current(s, account);
-    }, now);
+    return this.store.pruneDashboardState((s, account) => this.expired(s, now) || account === undefined || !current(s, account), now);
+  }
+
+  /** How long the store keeps a session seen at `now` (a store with TTLs ends it then by itself): until idle, or its 12 hours end. */
+  #ttl(session: Session, now: number): number {
+    return Math.min(SESSION_IDLE_MS, session.created + SESSION_MAX_MS - now);
   }
 
   async #start(account: Account, previous: string | null): Promise<SignIn> {
     const now = this.clock.now();
     const session: Session = { account: account.email, csrf: randomBytes(32).toString('base64url'), created: now, seen: now, generation: account.sessionGeneration ?? 0 };
-    const [id] = await Promise.all([this.store.createSession(session), previous === null ? undefined : this.store.endSession(previous)]);
+    const [id] = await Promise.all([this.store.createSession(session, this.#ttl(session, now)), previous === null ? undefined : this.store.endSession(previous)]);
     return { id, session, account };
   }
 }

@@ -20,11 +20,12 @@
  * guess per address and window comes with a wait of up to 8 s, and every
  * further guess queues for the account's turns, one per 8 s. All attempts
  * are counted before the password is checked, so parallel guesses on
- * several workers cannot slip past; the counts live in the account store,
- * shared by every worker and process.
+ * several workers or nodes cannot slip past; the counts live in the customer
+ * store (LMDB or Redis), shared by every worker, process and node.
  */
 import { IprError } from '../errors.js';
-import { inWindow, type AccountStore, type AttemptCount } from '../store/accounts.js';
+import { signInNames } from '../store/sign-in.js';
+import type { CustomerStore, SignInRules } from '../store/types.js';
 import type { Clock } from '../clock.js';
 
 export const SIGN_IN_WINDOW_MS = 15 * 60_000;
@@ -35,12 +36,14 @@ export const SLOW_FROM_FAILURES = 5;
 /** The longest wait; below uWebSockets.js's 10 s timeout of a connection waiting for its answer. */
 export const MAX_WAIT_MS = 8000;
 
-/** The wait before an attempt on an account with `failures` failures in the window. */
-export function delayAfter(failures: number): number {
-  return failures < SLOW_FROM_FAILURES ? 0 : Math.min(1000 * 2 ** (failures - SLOW_FROM_FAILURES), MAX_WAIT_MS);
-}
-
-const names = (account: string, client: string) => [`sign-in:pair:${account}:${client}`, `sign-in:address:${client}`, `sign-in:account:${account}`];
+/** The rules above, as the store applies them (store/sign-in.ts: one atomic step per attempt). */
+const RULES: SignInRules = {
+  windowMs: SIGN_IN_WINDOW_MS,
+  maxPerAccountAndClient: SIGN_IN_MAX_PER_ACCOUNT_AND_CLIENT,
+  maxPerClient: SIGN_IN_MAX_PER_CLIENT,
+  slowFromFailures: SLOW_FROM_FAILURES,
+  maxWaitMs: MAX_WAIT_MS,
+};
 
 function limited(waitMs: number): IprError {
   const seconds = Math.max(1, Math.ceil(waitMs / 1000));
@@ -50,7 +53,7 @@ function limited(waitMs: number): IprError {
 
 export class SignInLimits {
   constructor(
-    private readonly store: AccountStore,
+    private readonly store: CustomerStore,
     private readonly clock: Clock,
   ) {}
 
@@ -60,45 +63,24 @@ export class SignInLimits {
    * sign_in_limited (details.retry_after in seconds) when it is refused.
    */
   async admit(account: string, client: string): Promise<void> {
-    const now = this.clock.now();
-    const waitMs = await this.store.changeAttempts<{ refused: number } | { wait: number }>(names(account, client), ([pairCount, clientCount, accountCount]) => {
-      const pair = inWindow(pairCount, now, SIGN_IN_WINDOW_MS);
-      const byClient = inWindow(clientCount, now, SIGN_IN_WINDOW_MS);
-      const full = [pair.count >= SIGN_IN_MAX_PER_ACCOUNT_AND_CLIENT && pair, byClient.count >= SIGN_IN_MAX_PER_CLIENT && byClient].filter((c): c is AttemptCount => c !== false);
-      if (full.length > 0) return { counts: [], result: { refused: Math.max(...full.map((c) => c.ends - now)) } };
-      const failures = inWindow(accountCount, now, SIGN_IN_WINDOW_MS);
-      const delay = delayAfter(failures.count);
-      const counted: AttemptCount[] = [{ ...pair, count: pair.count + 1 }, { ...byClient, count: byClient.count + 1 }];
-      if (delay === 0 || pair.count === 0) return { counts: counted, result: { wait: delay } };
-      // A client that has failed on this account takes the account's next turn.
-      const turn = Math.max(now, failures.turn ?? 0) + delay;
-      if (turn - now > MAX_WAIT_MS) return { counts: [], result: { refused: turn - delay - now } };
-      return { counts: [...counted, { ...failures, turn }], result: { wait: turn - now } };
-    });
-    if ('refused' in waitMs) throw limited(waitMs.refused);
-    if (waitMs.wait > 0) await new Promise((resolve) => setTimeout(resolve, waitMs.wait));
+    const admission = await this.store.admitSignIn(account, client, RULES, this.clock.now());
+    if ('refusedMs' in admission) throw limited(admission.refusedMs);
+    if (admission.waitMs > 0) await new Promise((resolve) => setTimeout(resolve, admission.waitMs));
   }
 
   /** Counts an attempt of `client` that names no account (a sign-up) against its limit over every account; throws sign_in_limited. */
   async admitClient(client: string): Promise<void> {
-    const waitMs = await this.store.countAttempt([{ name: names('', client)[1]!, max: SIGN_IN_MAX_PER_CLIENT, windowMs: SIGN_IN_WINDOW_MS }], this.clock.now());
+    const waitMs = await this.store.countAttempt([{ name: signInNames('', client).client, max: SIGN_IN_MAX_PER_CLIENT, windowMs: SIGN_IN_WINDOW_MS }], this.clock.now());
     if (waitMs > 0) throw limited(waitMs);
   }
 
   /** A wrong password: one more failure of the account. */
   failed(account: string): Promise<void> {
-    const now = this.clock.now();
-    return this.store.changeAttempts([names(account, '')[2]!], ([c]) => {
-      const failures = inWindow(c, now, SIGN_IN_WINDOW_MS);
-      return { counts: [{ ...failures, count: failures.count + 1 }], result: undefined };
-    });
+    return this.store.signInFailed(account, RULES, this.clock.now());
   }
 
   /** The right password: the client's count on the account is cleared, its attempt over every account taken back. */
   succeeded(account: string, client: string): Promise<void> {
-    return this.store.changeAttempts(names(account, client).slice(0, 2), ([, byClient]) => ({
-      counts: [null, byClient === undefined || byClient.count <= 1 ? null : { ...byClient, count: byClient.count - 1 }],
-      result: undefined,
-    }));
+    return this.store.signInSucceeded(account, client);
   }
 }

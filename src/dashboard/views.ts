@@ -2,12 +2,13 @@
  * What the dashboard's JSON endpoints answer: an account's plan, its keys
  * with today's requests and last use, its daily usage, the data sources.
  *
- * Today's requests and the last use come from the server's live limit table
- * (limits.ts), so the pages show a call at once; the account store has them
- * too, up to a second later (usage.ts), and holds the days before.
+ * Today's requests and the last use are the freshest the customer store
+ * knows (CustomerStore.keyToday: with LMDB, the server's live limit table
+ * too, so the pages show a call at once); the store holds the days before.
  */
 import { IprError } from '../errors.js';
-import { dayOf, type Account, type AccountStore, type KeyRecord } from '../store/accounts.js';
+import { dayOf } from '../store/accounts.js';
+import type { Account, CustomerStore, KeyRecord } from '../store/types.js';
 import type { Clock } from '../clock.js';
 import type { Plan } from '../plans.js';
 import type { Snapshot } from '../snapshot.js';
@@ -20,17 +21,8 @@ export const MAX_KEYS_CREATED_PER_DAY = 100;
 /** The share of the limit table the dashboard leaves to the operator's CLI. */
 const OPERATOR_SLOTS = 0.1;
 
-/** What the server counted for a key so far (its live limit counters). */
-export interface LiveCounters {
-  /** Keys with an id from here on have no counters. */
-  maxKeys: number;
-  /** A slot's counts: the key they belong to (null: none), the current day (a Unix day) and its count, last use in Unix ms (0: never). */
-  readKey(slot: number): { id: number | null; day: number; requests: number; lastUsedMs: number };
-}
-
 export interface ViewContext {
-  store: AccountStore;
-  limits: LiveCounters;
+  store: CustomerStore;
   plans: Map<string, Plan>;
   clock: Clock;
   snapshot: Snapshot;
@@ -62,28 +54,15 @@ export function accountView(ctx: ViewContext, account: Account, csrf: string) {
   return { email: account.email, created: account.created, plan: planView(ctx, account.plan), csrf_token: csrf };
 }
 
-/** Today's count and the last use of a key: the live counters when they are about today, else the store's. */
-function liveUsage(ctx: ViewContext, record: KeyRecord): { today: number; lastUsed: string | null } {
-  const now = ctx.clock.now();
-  const stored = ctx.store.usage(record.id, dayOf(now));
-  const live = record.slot < ctx.limits.maxKeys ? ctx.limits.readKey(record.slot) : null;
-  // The slot may be another key's by now (this one revoked), or not yet this new key's.
-  if (live === null || live.id !== record.id) return { today: stored, lastUsed: record.lastUsed };
-  const today = live.day === Math.floor(now / DAY_MS) ? Math.max(live.requests, stored) : stored;
-  const liveLastUsed = live.lastUsedMs === 0 ? null : new Date(live.lastUsedMs).toISOString();
-  const lastUsed = record.lastUsed === null || (liveLastUsed !== null && liveLastUsed > record.lastUsed) ? liveLastUsed : record.lastUsed;
-  return { today, lastUsed };
-}
-
-export function keyView(ctx: ViewContext, record: KeyRecord): KeyView {
-  const { today, lastUsed } = liveUsage(ctx, record);
-  return { name: record.name, prefix: record.prefix, created: record.created, last_used: lastUsed, requests_today: today, allowed: record.allowed };
+export async function keyView(ctx: ViewContext, record: KeyRecord): Promise<KeyView> {
+  const today = await ctx.store.keyToday(record, ctx.clock.now());
+  return { name: record.name, prefix: record.prefix, created: record.created, last_used: today.lastUsed, requests_today: today.requests, allowed: record.allowed };
 }
 
 /** The account's active keys, oldest first, with its plan (whose limits apply to each key). */
-export function keysView(ctx: ViewContext, account: Account) {
-  const keys = ctx.store.listKeys(account.email).filter((k) => k.revoked === null);
-  return { plan: planView(ctx, account.plan), keys: keys.map((k) => keyView(ctx, k)) };
+export async function keysView(ctx: ViewContext, account: Account) {
+  const keys = (await ctx.store.listKeys(account.email)).filter((k) => k.revoked === null);
+  return { plan: planView(ctx, account.plan), keys: await Promise.all(keys.map((k) => keyView(ctx, k))) };
 }
 
 /**
@@ -97,36 +76,37 @@ export async function createKey(ctx: ViewContext, account: Account, name: unknow
   if (allowed !== undefined && !(Array.isArray(allowed) && allowed.every((a) => typeof a === 'string'))) {
     throw new IprError('invalid_request', 'allowed must be a list of addresses or CIDR prefixes');
   }
-  const active = ctx.store.listKeys(account.email).filter((k) => k.revoked === null).length;
+  const active = (await ctx.store.listKeys(account.email)).filter((k) => k.revoked === null).length;
   if (active >= MAX_ACTIVE_KEYS) throw new IprError('key_limit', `An account can have at most ${MAX_ACTIVE_KEYS} active keys; delete one first.`);
   const waitMs = await ctx.store.countAttempt([{ name: `keys:${account.email}`, max: MAX_KEYS_CREATED_PER_DAY, windowMs: DAY_MS }], ctx.clock.now());
   if (waitMs > 0) throw new IprError('key_limit', `An account can create at most ${MAX_KEYS_CREATED_PER_DAY} keys a day; try again later.`);
   if ((await ctx.store.countAttempt([{ name: 'keys', max: keysPerDay, windowMs: DAY_MS }], ctx.clock.now())) > 0) {
-    ctx.store.countRefusal('keys_per_day');
+    await ctx.store.countRefusal('keys_per_day');
     throw new IprError('key_limit', `this server makes at most ${keysPerDay} keys a day in the dashboard; try again later.`);
   }
-  const reserve = Math.ceil(ctx.store.keySlots() * OPERATOR_SLOTS);
-  const { key, record } = ctx.store.createKey(account.email, name, (allowed as string[] | undefined) ?? [], reserve);
-  return { key, ...keyView(ctx, record) };
+  const slots = await ctx.store.keySlots();
+  const reserve = slots === null ? 0 : Math.ceil(slots * OPERATOR_SLOTS);
+  const { key, record } = await ctx.store.createKey(account.email, name, (allowed as string[] | undefined) ?? [], reserve);
+  return { key, ...(await keyView(ctx, record)) };
 }
 
 /**
  * Requests per day over the last USAGE_DAYS UTC days, oldest first: per key
  * (revoked keys too, while they have requests in the period) and in total.
  */
-export function usageView(ctx: ViewContext, account: Account) {
+export async function usageView(ctx: ViewContext, account: Account) {
   const now = ctx.clock.now();
   const todayIndex = Math.floor(now / DAY_MS);
   const days = Array.from({ length: USAGE_DAYS }, (_, i) => dayOf((todayIndex - USAGE_DAYS + 1 + i) * DAY_MS));
-  const keys = ctx.store
-    .listKeys(account.email)
-    .map((record) => {
-      const counts = new Map(ctx.store.usageRange(record.id, days[0]!, days[USAGE_DAYS - 1]!).map((u) => [u.day, u.requests]));
+  const all = await Promise.all(
+    (await ctx.store.listKeys(account.email)).map(async (record) => {
+      const counts = new Map((await ctx.store.usageRange(record, days[0]!, days[USAGE_DAYS - 2]!)).map((u) => [u.day, u.requests]));
       const requests = days.map((day) => counts.get(day) ?? 0);
-      requests[USAGE_DAYS - 1] = liveUsage(ctx, record).today;
+      requests[USAGE_DAYS - 1] = (await ctx.store.keyToday(record, now)).requests;
       return { name: record.name, prefix: record.prefix, revoked: record.revoked, requests };
-    })
-    .filter((k) => k.revoked === null || k.requests.some((n) => n > 0));
+    }),
+  );
+  const keys = all.filter((k) => k.revoked === null || k.requests.some((n) => n > 0));
   const total = days.map((_, i) => keys.reduce((sum, k) => sum + k.requests[i]!, 0));
   return { plan: planView(ctx, account.plan), days, keys, total };
 }

@@ -8,6 +8,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore, type StoreFolder } from '../store/accounts.js';
+import { LmdbCustomerStore } from '../store/lmdb.js';
 import { SharedClock, systemClock } from '../clock.js';
 import { mountApi } from './api.js';
 import { LeaseTable, type SharedLeaseState } from './leases.js';
@@ -83,7 +84,7 @@ try {
     onError: (error, route, req) => log.error({ req, route, err: error }, 'request failed'),
   });
   // The dashboard writes customers: on a replica it would write to the copy, not the shared store.
-  if (data.storeFolder === 'accounts') mountDashboard(app, { ...shared, ...data.dashboard, log });
+  if (data.storeFolder === 'accounts') mountDashboard(app, { ...shared, ...data.dashboard, log, store: new LmdbCustomerStore(store, limits) });
   let listenSocket: unknown = null;
   port.on('message', (message: ToWorker) => {
     if (message.type !== 'drain' || draining) return;

@@ -51,15 +51,10 @@ export interface Account {
   sessionGeneration?: number;
 }
 
+/** A key, as every customer store holds it (types.ts). */
 export interface KeyRecord {
   /** Sequential, never reused: what the key's usage is stored under. */
   id: number;
-  /**
-   * The key's slot in the server's shared limit table, below keySlots().
-   * Given back when the key is revoked and then reused by a new key (the
-   * limit table tells keys apart by id: limits.ts).
-   */
-  slot: number;
   account: string;
   name: string;
   prefix: string;
@@ -70,6 +65,20 @@ export interface KeyRecord {
   revoked: string | null;
   /** CIDR prefixes the key may be used from; empty: anywhere. */
   allowed: string[];
+}
+
+/**
+ * A key as this store holds it: with its place in the limit table of the
+ * one node that serves this data folder. Not a customer fact (the Redis
+ * store, shared by nodes that each have their own table, has none).
+ */
+export interface SlottedKeyRecord extends KeyRecord {
+  /**
+   * The key's slot in the server's shared limit table, below keySlots().
+   * Given back when the key is revoked and then reused by a new key (the
+   * limit table tells keys apart by id: limits.ts).
+   */
+  slot: number;
 }
 
 /** A signed-in dashboard session, stored under the SHA-256 of its id (the id itself is never stored). */
@@ -119,6 +128,15 @@ function endingSessions(account: Account): Account {
   return { ...account, sessionGeneration: (account.sessionGeneration ?? 0) + 1 };
 }
 
+/** A key's name as stored: trimmed, 1 to 100 characters of what people type; else IprError invalid_argument. */
+export function keyName(name: string): string {
+  const trimmed = name.trim();
+  if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+  // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
+  if (hasControlOrFormat(trimmed)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
+  return trimmed;
+}
+
 /** UTC day as YYYY-MM-DD. */
 export function dayOf(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
@@ -132,7 +150,7 @@ export function keyDigest(key: string): string {
 export class AccountStore {
   readonly #root: RootDatabase;
   readonly #accounts: Database<Account, string>;
-  readonly #keys: Database<KeyRecord, string>;
+  readonly #keys: Database<SlottedKeyRecord, string>;
   readonly #keyIds: Database<string, number>;
   readonly #prefixes: Database<number, string>;
   readonly #accountKeys: Database<number, string>;
@@ -245,8 +263,8 @@ export class AccountStore {
   }
 
   /** Counts a refused creation (a key without a slot, over a daily cap...), for the admin port's metrics. */
-  countRefusal(reason: string): void {
-    void this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
+  async countRefusal(reason: string): Promise<void> {
+    await this.#root.transaction(() => this.#meta.put(`refused:${reason}`, (this.#meta.get(`refused:${reason}`) ?? 0) + 1));
   }
 
   /** Refusals counted by countRefusal, by reason. */
@@ -357,27 +375,24 @@ export class AccountStore {
    * free, or when no more than `reserve` would be left (the dashboard keeps
    * some for the operator's CLI).
    */
-  createKey(email: string, name: string, allowed: string[] = [], reserve = 0): { key: string; record: KeyRecord } {
+  createKey(email: string, name: string, allowed: string[] = [], reserve = 0): { key: string; record: SlottedKeyRecord } {
     return this.createKeys(email, [name], allowed, reserve)[0]!;
   }
 
   /** Creates keys named `names`, all in one transaction (one sync, however many), as createKey does one. */
-  createKeys(email: string, names: string[], allowed: string[] = [], reserve = 0): { key: string; record: KeyRecord }[] {
-    const trimmed = names.map((name) => name.trim());
-    if (trimmed.some((n) => n.length === 0 || n.length > 100)) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
-    // Names are printed in the operator's terminal (ipr keys list) and shown in pages: only what people type.
-    if (trimmed.some(hasControlOrFormat)) throw new IprError('invalid_argument', 'a key name cannot hold control or format characters');
+  createKeys(email: string, names: string[], allowed: string[] = [], reserve = 0): { key: string; record: SlottedKeyRecord }[] {
+    const trimmed = names.map(keyName);
     const allowedList = normaliseAllowed(allowed);
     try {
       return this.#commitChange(() => trimmed.map((name) => this.#createKey(email, name, allowedList, reserve)));
     } catch (error) {
-      if (error instanceof IprError && error.code === 'key_slots_full') this.countRefusal('key_slots');
+      if (error instanceof IprError && error.code === 'key_slots_full') void this.countRefusal('key_slots');
       throw error;
     }
   }
 
   /** One key of createKeys, inside its transaction. */
-  #createKey(email: string, trimmed: string, allowedList: string[], reserve: number): { key: string; record: KeyRecord } {
+  #createKey(email: string, trimmed: string, allowedList: string[], reserve: number): { key: string; record: SlottedKeyRecord } {
     const account = this.#requireAccount(email);
     let key: string;
     do key = KEY_TAG + randomBytes(32).toString('base64url');
@@ -392,7 +407,7 @@ export class AccountStore {
       );
     }
     const id = this.nextKeyId();
-    const record: KeyRecord = {
+    const record: SlottedKeyRecord = {
       id,
       slot,
       account: account.email,
@@ -412,25 +427,25 @@ export class AccountStore {
     return { key, record };
   }
 
-  keyByDigest(digest: string): KeyRecord | undefined {
+  keyByDigest(digest: string): SlottedKeyRecord | undefined {
     return this.#keys.get(digest);
   }
 
-  keyById(id: number): KeyRecord | undefined {
+  keyById(id: number): SlottedKeyRecord | undefined {
     const digest = this.#keyIds.get(id);
     return digest === undefined ? undefined : this.#keys.get(digest);
   }
 
   /** The account's keys, revoked ones included, oldest first. */
-  listKeys(email: string): KeyRecord[] {
+  listKeys(email: string): SlottedKeyRecord[] {
     const account = this.#requireAccount(email);
     return [...this.#accountKeys.getValues(account.email)]
       .map((id) => this.keyById(id))
-      .filter((k): k is KeyRecord => k !== undefined)
+      .filter((k): k is SlottedKeyRecord => k !== undefined)
       .sort((a, b) => a.id - b.id);
   }
 
-  #updateKey(email: string, prefix: string, change: (k: KeyRecord) => KeyRecord): KeyRecord {
+  #updateKey(email: string, prefix: string, change: (k: SlottedKeyRecord) => SlottedKeyRecord): SlottedKeyRecord {
     return this.#commitChange(() => {
       const account = this.#requireAccount(email);
       const id = this.#prefixes.get(prefix);
@@ -444,7 +459,7 @@ export class AccountStore {
   }
 
   /** Revokes a key of the account, at once and for good; its slot is free for a new key. */
-  revokeKey(email: string, prefix: string): KeyRecord {
+  revokeKey(email: string, prefix: string): SlottedKeyRecord {
     return this.#updateKey(email, prefix, (k) => {
       if (k.revoked) return k;
       this.#freeSlots.putSync(k.slot, true);
@@ -453,7 +468,7 @@ export class AccountStore {
   }
 
   /** Every active key. */
-  activeKeys(): KeyRecord[] {
+  activeKeys(): SlottedKeyRecord[] {
     return [...this.#keys.getRange()].map(({ value }) => value).filter((k) => k.revoked === null);
   }
 
@@ -465,13 +480,13 @@ export class AccountStore {
    * table size, out of range, when none is free: the API answers 503 for it);
    * a key revoked or gone gives its slot back. Answers the slots given back.
    */
-  mirrorAccount(email: string, account: Account | undefined, keys: Omit<KeyRecord, 'slot'>[]): number[] {
+  mirrorAccount(email: string, account: Account | undefined, keys: KeyRecord[]): number[] {
     // Read before the transaction: lmdb-js misreads a dupSort range inside a write transaction
     // (a RangeError from ordered-binary). The replica is the folder's only writer.
     const held = [...this.#accountKeys.getValues(email)];
     return this.#commitChange(() => {
       const freed: number[] = [];
-      const free = (k: KeyRecord) => {
+      const free = (k: SlottedKeyRecord) => {
         if (k.revoked === null && k.slot < this.keySlots()) {
           this.#freeSlots.putSync(k.slot, true);
           freed.push(k.slot);
@@ -509,7 +524,7 @@ export class AccountStore {
     });
   }
 
-  setAllowed(email: string, prefix: string, allowed: string[]): KeyRecord {
+  setAllowed(email: string, prefix: string, allowed: string[]): SlottedKeyRecord {
     const list = normaliseAllowed(allowed);
     return this.#updateKey(email, prefix, (k) => ({ ...k, allowed: list }));
   }
@@ -598,10 +613,14 @@ export class AccountStore {
     });
   }
 
-  /** Removes the sessions `expired` says are over and the attempt counts whose window has ended; resolves with how many. */
-  pruneDashboardState(expired: (s: Session) => boolean, nowMs: number): Promise<number> {
+  /**
+   * Removes the sessions `expired` says are over (given the session's
+   * account, undefined when gone) and the attempt counts whose window has
+   * ended; resolves with how many.
+   */
+  pruneDashboardState(expired: (s: Session, account: Account | undefined) => boolean, nowMs: number): Promise<number> {
     return this.#root.transaction(() => {
-      const sessions = [...this.#sessions.getRange()].filter(({ value }) => expired(value));
+      const sessions = [...this.#sessions.getRange()].filter(({ value }) => expired(value, this.account(value.account)));
       const attempts = [...this.#attempts.getRange()].filter(({ value }) => nowMs >= value.ends);
       for (const { key } of sessions) this.#sessions.remove(key);
       for (const { key } of attempts) this.#attempts.remove(key);

@@ -5,7 +5,8 @@
  *
  * Key layout, every key under the connection's prefix P (default `ipr:`):
  *
- *   P{a:H}:account          HASH  email, passwordHash, plan, status, created, version
+ *   P{a:H}:account          HASH  email, passwordHash, plan, status, created, version,
+ *                                 sessionGeneration (absent: 0; bumped to end every session)
  *   P{a:H}:keys             HASH  key id -> JSON {id, account, name, prefix, hash, created}
  *   P{a:H}:prefixes         HASH  key prefix -> key id
  *   P{a:H}:revoked          HASH  key id -> ISO time
@@ -17,7 +18,10 @@
  *   P{k:<digest>}           STRING "H|<key id>": where the key of that SHA-256 lives
  *   P{key-ids}              STRING the last key id given out (INCR)
  *   P{s:<digest>}           STRING a session (JSON) under the SHA-256 of its id, with a TTL
- *   P{t:<name hash>}        HASH  count, ends: a sign-in attempt window, expiring with it
+ *   P{t:<name hash>}        HASH  count, ends[, turn]: an attempt window, expiring with it
+ *   P{t:<name hash>}:pair:<client hash>   the same, of one client on the account
+ *                                 whose failures the first one counts (one slot: one script)
+ *   P{refusals}             HASH  reason -> refused creations (countRefusal)
  *   P{changes}, P{outbox}   the change stream and its write-ahead outbox
  *
  * H is the first 16 hex digits of the SHA-256 of the account's email: a hash
@@ -40,13 +44,14 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { IprError } from '../errors.js';
-import { KEY_TAG, keyDigest, PREFIX_LENGTH, type Account, type AccountStatus, type KeyRecord, type Session } from './accounts.js';
+import { dayOf, KEY_TAG, keyDigest, keyName, PREFIX_LENGTH, type Account, type AccountStatus, type KeyRecord, type Session } from './accounts.js';
 import { normaliseAllowed } from './allowed.js';
 import { normaliseEmail } from './emails.js';
 import { hashPassword, passwordMatches } from './passwords.js';
 import { LuaScript, RedisConnection } from './redis-connection.js';
 import { addToStream, followStream, newChangeId, outboxKey, sweepOutbox, type PendingChange } from './redis-changes.js';
-import type { AttemptLimit, Change, ChangeFeedHandlers, ChangeFollower, CustomerStore, DayUsage } from './types.js';
+import { signInNames } from './sign-in.js';
+import type { AttemptLimit, Change, ChangeFeedHandlers, ChangeFollower, CustomerStore, DayUsage, KeyToday, SignInAdmission, SignInRules } from './types.js';
 
 /** The hash tag of an account: 16 hex digits of the SHA-256 of its (normalised) email. */
 export function accountTag(email: string): string {
@@ -86,11 +91,16 @@ queue({type = 'account-created', account = ARGV[2]})
 return 1
 `);
 
-/** KEYS: account, unpublished. ARGV: change id, field (plan|status), value, change type. The account's fields, or false. */
+/**
+ * KEYS: account, unpublished. ARGV: change id, field (plan|status|passwordHash;
+ * '': none), value, change type ('': not a change of the feed), '1' to end
+ * every session of the account. The account's fields, or false.
+ */
 const UPDATE_ACCOUNT = new LuaScript(`${QUEUE}
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-queue({type = ARGV[4], account = redis.call('HGET', KEYS[1], 'email')})
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
+if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'sessionGeneration', 1) end
+if ARGV[4] ~= '' then queue({type = ARGV[4], account = redis.call('HGET', KEYS[1], 'email')}) end
 return redis.call('HGETALL', KEYS[1])
 `);
 
@@ -162,6 +172,39 @@ redis.call('PEXPIREAT', KEYS[1], ends)
 return 0
 `);
 
+/**
+ * A sign-in attempt, as admitSignIn (sign-in.ts) counts it, on the Redis
+ * clock. KEYS: the client's window on the account, the account's failures
+ * (one slot). ARGV: window ms, max per account and client, failures from
+ * which attempts wait, longest wait. {1, wait ms} counted, or {0, ms} refused.
+ */
+const ADMIT_SIGN_IN = new LuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window, maxPair, slowFrom, maxWait = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local function read(key)
+  local count = tonumber(redis.call('HGET', key, 'count') or '0')
+  local ends = tonumber(redis.call('HGET', key, 'ends') or '0')
+  if now >= ends or ends - now > window then return 0, now + window, 0 end
+  return count, ends, tonumber(redis.call('HGET', key, 'turn') or '0')
+end
+local pair, pairEnds = read(KEYS[1])
+if pair >= maxPair then return {0, pairEnds - now} end
+local failures, failuresEnd, turn = read(KEYS[2])
+local wait = 0
+if failures >= slowFrom then wait = math.min(1000 * 2 ^ (failures - slowFrom), maxWait) end
+if wait > 0 and pair > 0 then
+  turn = math.max(now, turn) + wait
+  if turn - now > maxWait then return {0, turn - wait - now} end
+  redis.call('HSET', KEYS[2], 'count', failures, 'ends', failuresEnd, 'turn', turn)
+  redis.call('PEXPIREAT', KEYS[2], failuresEnd)
+  wait = turn - now
+end
+redis.call('HSET', KEYS[1], 'count', pair + 1, 'ends', pairEnds)
+redis.call('PEXPIREAT', KEYS[1], pairEnds)
+return {1, wait}
+`);
+
 /** Takes back one attempt (ARGV[1] = '1': all of them). */
 const FORGET_ATTEMPT = new LuaScript(`
 local count = tonumber(redis.call('HGET', KEYS[1], 'count') or '0')
@@ -179,7 +222,9 @@ function accountOf(flat: string[]): Account | undefined {
   const f = fieldsOf(flat);
   const email = f.get('email');
   if (email === undefined) return undefined;
-  return { email, passwordHash: f.get('passwordHash')!, plan: f.get('plan')!, status: f.get('status') as AccountStatus, created: f.get('created')! };
+  const generation = f.get('sessionGeneration');
+  const account: Account = { email, passwordHash: f.get('passwordHash')!, plan: f.get('plan')!, status: f.get('status') as AccountStatus, created: f.get('created')! };
+  return generation === undefined ? account : { ...account, sessionGeneration: Number(generation) };
 }
 
 type KeyRow = [record: string, revoked: string | null, allowed: string | null, lastUsed: string | null];
@@ -266,30 +311,42 @@ export class RedisCustomerStore implements CustomerStore {
     return (await passwordMatches(password, account?.passwordHash)) ? account : undefined;
   }
 
-  async #updateAccount(email: string, field: 'plan' | 'status', value: string, type: Change['type']): Promise<Account> {
+  /**
+   * Sets one field of the account (none: ''), bumping its session generation
+   * when `endSessions`, in one script; a change of the feed when `type`
+   * says which (a password or the sessions alter no answer of the API).
+   */
+  async #updateAccount(email: string, field: 'plan' | 'status' | 'passwordHash' | '', value: string, type: Change['type'] | null, endSessions: boolean): Promise<Account> {
     const normal = normaliseEmail(email);
     const k = this.#keys(normal);
-    const flat = await this.#change(
-      normal,
-      (id) => this.connection.script<string[] | null>(UPDATE_ACCOUNT, [k.account, k.unpublished], [id, field, value, type]),
-      (answer) => answer !== null,
-    );
+    const run = (id: string) =>
+      this.connection.script<string[] | null>(UPDATE_ACCOUNT, [k.account, k.unpublished], [id, field, value, type ?? '', endSessions ? '1' : '0']);
+    const flat = type === null ? await run('') : await this.#change(normal, run, (answer) => answer !== null);
     const account = flat === null ? undefined : accountOf(flat);
     if (account === undefined) throw new IprError('account_missing', `no account ${normal}`);
     return account;
   }
 
   setPlan(email: string, plan: string): Promise<Account> {
-    return this.#updateAccount(email, 'plan', plan, 'account-plan');
+    return this.#updateAccount(email, 'plan', plan, 'account-plan', false);
   }
 
+  /** Suspending ends the account's sessions for good: reactivating it does not bring them back. */
   setStatus(email: string, status: AccountStatus): Promise<Account> {
-    return this.#updateAccount(email, 'status', status, 'account-status');
+    return this.#updateAccount(email, 'status', status, 'account-status', status === 'suspended');
   }
 
-  async createKey(email: string, name: string, allowed: string[] = []): Promise<{ key: string; record: KeyRecord }> {
-    const trimmed = name.trim();
-    if (trimmed.length === 0 || trimmed.length > 100) throw new IprError('invalid_argument', 'a key needs a name of 1 to 100 characters');
+  async setPassword(email: string, password: string): Promise<Account> {
+    return this.#updateAccount(email, 'passwordHash', await hashPassword(password), null, true);
+  }
+
+  endSessions(email: string): Promise<Account> {
+    return this.#updateAccount(email, '', '', null, true);
+  }
+
+  /** No key slots here (see KeyRecord): `reserve` is for stores that have them. */
+  async createKey(email: string, name: string, allowed: string[] = [], _reserve = 0): Promise<{ key: string; record: KeyRecord }> {
+    const trimmed = keyName(name);
     const allowedList = normaliseAllowed(allowed);
     const normal = normaliseEmail(email);
     const tag = accountTag(normal);
@@ -299,9 +356,8 @@ export class RedisCustomerStore implements CustomerStore {
       const key = KEY_TAG + randomBytes(32).toString('base64url');
       const id = await this.connection.command<number>(idKey, ['INCR', idKey]);
       const record: KeyRecord = {
+        // No slot: each node maps the keys it serves to its own lease table (leases.ts).
         id,
-        // No data folder's limit table here: each node maps the keys it serves to its own lease table (leases.ts).
-        slot: id,
         account: normal,
         name: trimmed,
         prefix: key.slice(0, PREFIX_LENGTH),
@@ -326,6 +382,29 @@ export class RedisCustomerStore implements CustomerStore {
       if (made === -1) throw new IprError('account_missing', `no account ${normal}`);
       // -2: the prefix is taken in this account: draw another key.
     }
+  }
+
+  async createKeys(email: string, names: string[], allowed: string[] = [], _reserve = 0): Promise<{ key: string; record: KeyRecord }[]> {
+    // Every name checked before the first key is made.
+    names.forEach(keyName);
+    normaliseAllowed(allowed);
+    const made = [];
+    for (const name of names) made.push(await this.createKey(email, name, allowed));
+    return made;
+  }
+
+  async keySlots(): Promise<null> {
+    return null;
+  }
+
+  async countRefusal(reason: string): Promise<void> {
+    const key = this.connection.key('{refusals}');
+    await this.connection.command(key, ['HINCRBY', key, reason, 1]);
+  }
+
+  async refusals(): Promise<Map<string, number>> {
+    const key = this.connection.key('{refusals}');
+    return new Map([...fieldsOf(await this.connection.command<string[]>(key, ['HGETALL', key]))].map(([reason, n]) => [reason, Number(n)]));
   }
 
   #pointer(digest: string): string {
@@ -386,6 +465,12 @@ export class RedisCustomerStore implements CustomerStore {
       .map(([day, n]) => ({ day, requests: Number(n) }));
   }
 
+  async keyToday(key: KeyRecord, nowMs: number): Promise<KeyToday> {
+    const usage = this.#keys(key.account).usage(key.id);
+    const requests = await this.connection.command<string | null>(usage, ['HGET', usage, dayOf(nowMs)]);
+    return { requests: Number(requests ?? 0), lastUsed: key.lastUsed };
+  }
+
   #session(id: string): string {
     return this.connection.key(`{s:${keyDigest(id)}}`);
   }
@@ -414,8 +499,12 @@ export class RedisCustomerStore implements CustomerStore {
     await this.connection.command(key, ['DEL', key]);
   }
 
+  #nameHash(name: string): string {
+    return createHash('sha256').update(name).digest('hex').slice(0, 24);
+  }
+
   #attempt(name: string): string {
-    return this.connection.key(`{t:${createHash('sha256').update(name).digest('hex').slice(0, 24)}}`);
+    return this.connection.key(`{t:${this.#nameHash(name)}}`);
   }
 
   /**
@@ -440,6 +529,41 @@ export class RedisCustomerStore implements CustomerStore {
 
   async forgetAttempt(name: string, all = false): Promise<void> {
     await this.connection.script(FORGET_ATTEMPT, [this.#attempt(name)], [all ? 1 : 0]);
+  }
+
+  /**
+   * The client's count over every account first (its own slot), then the
+   * account's counters in one script; a refusal by the second takes the
+   * first back (as countAttempt does).
+   */
+  async admitSignIn(account: string, client: string, rules: SignInRules, _nowMs: number): Promise<SignInAdmission> {
+    const names = signInNames(account, client);
+    const clientWait = await this.connection.script<number>(COUNT_ATTEMPT, [this.#attempt(names.client)], [rules.maxPerClient, rules.windowMs]);
+    if (clientWait > 0) return { refusedMs: clientWait };
+    const failures = this.#attempt(names.failures);
+    const [counted, ms] = await this.connection.script<[number, number]>(
+      ADMIT_SIGN_IN,
+      [`${failures}:pair:${this.#nameHash(client)}`, failures],
+      [rules.windowMs, rules.maxPerAccountAndClient, rules.slowFromFailures, rules.maxWaitMs],
+    );
+    if (counted === 1) return { waitMs: ms };
+    await this.forgetAttempt(names.client);
+    return { refusedMs: ms };
+  }
+
+  async signInFailed(account: string, rules: SignInRules, _nowMs: number): Promise<void> {
+    await this.connection.script(COUNT_ATTEMPT, [this.#attempt(signInNames(account, '').failures)], [Number.MAX_SAFE_INTEGER, rules.windowMs]);
+  }
+
+  async signInSucceeded(account: string, client: string): Promise<void> {
+    const names = signInNames(account, client);
+    const pair = `${this.#attempt(names.failures)}:pair:${this.#nameHash(client)}`;
+    await Promise.all([this.connection.command(pair, ['DEL', pair]), this.forgetAttempt(names.client)]);
+  }
+
+  /** Sessions and attempt windows end by their TTL here. */
+  async pruneDashboardState(): Promise<number> {
+    return 0;
   }
 
   /** Publishes changes whose writers did not finish (see redis-changes.ts); resolves how many. */

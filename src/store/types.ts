@@ -23,6 +23,44 @@ export interface AttemptLimit {
   windowMs: number;
 }
 
+/**
+ * The sign-in limits of the dashboard (dashboard/sign-in-limits.ts), as a
+ * store applies them: counted per account and client, per client over every
+ * account, and the failures of an account, in windows of `windowMs`.
+ */
+export interface SignInRules {
+  windowMs: number;
+  /** Attempts of one client on one account in a window before it is refused. */
+  maxPerAccountAndClient: number;
+  /** Attempts of one client over every account in a window before it is refused. */
+  maxPerClient: number;
+  /** Failures of an account in a window from which its attempts wait (1 s, doubling). */
+  slowFromFailures: number;
+  /** The longest wait; a turn further away is refused. */
+  maxWaitMs: number;
+}
+
+/** A sign-in attempt counted (then it waits `waitMs` before its password is checked), or refused for `refusedMs`. */
+export type SignInAdmission = { waitMs: number } | { refusedMs: number };
+
+/** A key's requests today and its last use, as the dashboard and `ipr keys list` show them. */
+export interface KeyToday {
+  requests: number;
+  lastUsed: string | null;
+}
+
+/**
+ * What a server counted for keys so far (its live limit counters,
+ * server/limits.ts), by slot: the LMDB store adds it to what it holds, so
+ * the dashboard shows a call at once.
+ */
+export interface LiveCounters {
+  /** Slots from here on have no counters. */
+  maxKeys: number;
+  /** A slot's counts: the key they belong to (null: none), the current day (a Unix day) and its count, last use in Unix ms (0: never). */
+  readKey(slot: number): { id: number | null; day: number; requests: number; lastUsedMs: number };
+}
+
 /** Requests of one key on one UTC day (YYYY-MM-DD). */
 export interface DayUsage {
   day: string;
@@ -71,11 +109,33 @@ export interface CustomerStore {
   verifyPassword(email: string, password: string): Promise<Account | undefined>;
   /** Throws IprError account_missing. */
   setPlan(email: string, plan: string): Promise<Account>;
-  /** Throws IprError account_missing. */
+  /** Suspending also ends every dashboard session of the account, for good. Throws IprError account_missing. */
   setStatus(email: string, status: AccountStatus): Promise<Account>;
+  /** Sets a new password (checked by passwords.ts) and ends every dashboard session of the account. Throws account_missing, invalid_argument. */
+  setPassword(email: string, password: string): Promise<Account>;
+  /** Ends every dashboard session of the account (its sessionGeneration moves on). Throws account_missing. */
+  endSessions(email: string): Promise<Account>;
 
-  /** Creates a key; the key itself is in this answer and never again. Throws account_missing, invalid_argument. */
-  createKey(email: string, name: string, allowed?: string[]): Promise<{ key: string; record: KeyRecord }>;
+  /**
+   * Creates a key; the key itself is in this answer and never again. Throws
+   * account_missing, invalid_argument, and on a store with key slots
+   * (LMDB: the limit table of its one node) key_slots_full when no more
+   * than `reserve` slots would be left.
+   */
+  createKey(email: string, name: string, allowed?: string[], reserve?: number): Promise<{ key: string; record: KeyRecord }>;
+  /**
+   * Creates keys named `names` as createKey does one. LMDB makes them all
+   * or none (one transaction); Redis one after another, so a failure part
+   * way leaves the keys made before it (the answer is lost with the
+   * failure: the operator revokes them from `keys list`).
+   */
+  createKeys(email: string, names: string[], allowed?: string[], reserve?: number): Promise<{ key: string; record: KeyRecord }[]>;
+  /** The size of the limit table keys take slots of; null: this store gives keys no slots (Redis: each node maps keys to its own table). */
+  keySlots(): Promise<number | null>;
+  /** Counts a refused creation (a key without a slot, over a daily cap...), for the admin port's metrics. */
+  countRefusal(reason: string): Promise<void>;
+  /** Refusals counted by countRefusal, by reason. */
+  refusals(): Promise<Map<string, number>>;
   keyByDigest(digest: string): Promise<KeyRecord | undefined>;
   /** The account's keys, revoked ones included, oldest first. */
   listKeys(email: string): Promise<KeyRecord[]>;
@@ -85,6 +145,13 @@ export interface CustomerStore {
 
   /** Daily counts of a key from `fromDay` to `toDay` inclusive, oldest first, days without requests left out. */
   usageRange(key: Pick<KeyRecord, 'id' | 'account'>, fromDay: string, toDay: string): Promise<DayUsage[]>;
+  /**
+   * The key's requests on the UTC day of `nowMs` and its last use, the
+   * freshest this store knows: LMDB adds the live counters of its server
+   * (when it was given them) to what the server wrote; Redis has what the
+   * lease scripts of every node wrote.
+   */
+  keyToday(key: KeyRecord, nowMs: number): Promise<KeyToday>;
 
   /** Stores a new session under a fresh random id; it ends by itself `ttlMs` after its last touch. */
   createSession(session: Session, ttlMs: number): Promise<string>;
@@ -103,6 +170,23 @@ export interface CustomerStore {
   countAttempt(limits: AttemptLimit[], nowMs: number): Promise<number>;
   /** Takes back one attempt counted under `name`, or all of them when `all`. */
   forgetAttempt(name: string, all?: boolean): Promise<void>;
+
+  /**
+   * A sign-in attempt of `client` on `account`, counted before its password
+   * is checked, in one atomic step over the account's counters (on the
+   * store's clock, as countAttempt): admitted after a wait, or refused.
+   */
+  admitSignIn(account: string, client: string, rules: SignInRules, nowMs: number): Promise<SignInAdmission>;
+  /** A wrong password: one more failure of the account. */
+  signInFailed(account: string, rules: SignInRules, nowMs: number): Promise<void>;
+  /** The right password: the client's count on the account is cleared, its attempt over every account taken back. */
+  signInSucceeded(account: string, client: string): Promise<void>;
+  /**
+   * Removes the sessions `expired` says are over (it gets the session's
+   * account, undefined when gone) and the attempt windows that have ended;
+   * resolves with how many. Redis ends both by TTL and removes nothing here.
+   */
+  pruneDashboardState(expired: (session: Session, account: Account | undefined) => boolean, nowMs: number): Promise<number>;
 
   /** Follows the changes made from `from` (a `position`; null: from now on). */
   follow(from: string | null, handlers: ChangeFeedHandlers): Promise<ChangeFollower>;
