@@ -27,6 +27,12 @@ import { CustomerReplica } from './replica.js';
  */
 export const DEFAULT_STORE_MAX_STALE_MS = 60_000;
 const WATCH_MS = 100;
+/**
+ * Redis is asked whether it answers this often: a node whose keys all hold
+ * long leases makes no other call, and its change stream's blocking read
+ * notices a stall only after seconds.
+ */
+const PING_MS = 1000;
 
 export interface SharedStoreStatus {
   /** Redis answers the lease calls and the change stream is followed. */
@@ -48,6 +54,10 @@ export class SharedStoreNode {
   readonly #replica: CustomerReplica;
   readonly #watch: NodeJS.Timeout;
   #refusing = false;
+  /** When a PING last failed to be answered in time (0: the last one was). */
+  #unansweredSince = 0;
+  #lastPing = 0;
+  #pinging = false;
 
   private constructor(
     readonly redis: RedisCustomerStore,
@@ -99,14 +109,25 @@ export class SharedStoreNode {
     }
   }
 
-  /** When Redis was last seen unreachable by the leases or the stream (0: it answers both). */
+  /** Since when Redis has not answered the leases, the stream or the pings (0: it answers all three). */
   #staleSince(): number {
-    const a = this.#manager.staleSince;
-    const b = this.#replica.disconnectedSince;
-    return a === 0 ? b : b === 0 ? a : Math.min(a, b);
+    const since = [this.#manager.staleSince, this.#replica.disconnectedSince, this.#unansweredSince].filter((t) => t !== 0);
+    return since.length === 0 ? 0 : Math.min(...since);
+  }
+
+  #ping(): void {
+    if (this.#pinging || Date.now() - this.#lastPing < PING_MS) return;
+    this.#pinging = true;
+    this.#lastPing = Date.now();
+    const sent = this.#lastPing;
+    this.redis.connection.command(undefined, ['PING']).then(
+      () => (this.#unansweredSince = 0),
+      () => (this.#unansweredSince ||= sent),
+    ).finally(() => (this.#pinging = false));
   }
 
   #check(): void {
+    this.#ping();
     const since = this.#staleSince();
     const refusing = since !== 0 && Date.now() - since > this.maxStaleMs;
     if (refusing === this.#refusing) return;

@@ -9,6 +9,7 @@ import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
 import { AccountStore, type StoreFolder } from '../store/accounts.js';
 import { LmdbCustomerStore } from '../store/lmdb.js';
+import { RedisCustomerStore } from '../store/redis.js';
 import { SharedClock, systemClock } from '../clock.js';
 import { mountApi } from './api.js';
 import { LeaseTable, type SharedLeaseState } from './leases.js';
@@ -28,6 +29,8 @@ export interface WorkerData {
   leaseState: SharedLeaseState | null;
   /** Where the request path reads customers: the data folder's own store, or its replica of a shared one. */
   storeFolder: StoreFolder;
+  /** The shared store's URL, for the dashboard (it reads and writes customers there); null: the data folder's own. */
+  storeUrl: string | null;
   /** Set when the server runs on a test clock. */
   clock: SharedArrayBuffer | null;
   unkeyedPerSecond: number;
@@ -83,8 +86,9 @@ try {
     worker: data.index,
     onError: (error, route, req) => log.error({ req, route, err: error }, 'request failed'),
   });
-  // The dashboard writes customers: on a replica it would write to the copy, not the shared store.
-  if (data.storeFolder === 'accounts') mountDashboard(app, { ...shared, ...data.dashboard, log, store: new LmdbCustomerStore(store, limits) });
+  // The dashboard reads and writes where the customers live: never the replica (a copy the stream rewrites).
+  const customers = data.storeUrl === null ? new LmdbCustomerStore(store, limits) : await RedisCustomerStore.open(data.storeUrl);
+  mountDashboard(app, { ...shared, ...data.dashboard, log, store: customers });
   let listenSocket: unknown = null;
   port.on('message', (message: ToWorker) => {
     if (message.type !== 'drain' || draining) return;
@@ -100,9 +104,12 @@ try {
         return;
       }
       // The snapshot and store stay open: a keep-alive connection may still
-      // bring a request (answered, then closed). They are released with the thread.
+      // bring a request (answered, then closed). They are released with the
+      // thread; but a connection to Redis would keep the thread alive: closed
+      // now (a late dashboard request gets store_unavailable).
       post({ type: 'drained' });
       port.unref();
+      if (data.storeUrl !== null) void customers.close();
     };
     waitForInflight();
   });
