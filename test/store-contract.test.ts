@@ -8,6 +8,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { keyDigest } from '../src/store/accounts.js';
 import { LmdbCustomerStore } from '../src/store/lmdb.js';
+import { admitSignIn } from '../src/store/sign-in.js';
 import { RedisCustomerStore } from '../src/store/redis.js';
 import type { CustomerStore } from '../src/store/types.js';
 import { testDir } from './helpers.js';
@@ -139,3 +140,13 @@ for (const [kind, open] of stores) {
     t.ok(changes.length > 0, `the feed told of the changes (${kind === 'lmdb' ? 'as a resync' : 'one by one'}: ${changes.slice(0, 3).join(', ')}...)`);
   });
 }
+
+t.test('a sign-in step applied after a later one: told at most the longest wait', async (t) => {
+  const rules = { windowMs: 60_000, maxPerAccountAndClient: 5, maxPerClient: 30, slowFromFailures: 5, maxWaitMs: 8000 };
+  const now = 1_000_000;
+  // A later attempt (now + 300) took the turn at now + 300 + 8000 before this one was applied.
+  const counts = [{ count: 1, ends: now + 60_000 }, { count: 1, ends: now + 60_000 }, { count: 20, ends: now + 60_000, turn: now + 8300 }];
+  t.same(admitSignIn(counts, rules, now).result, { refusedMs: 8000 });
+  t.same(admitSignIn(counts, rules, now + 300).result, { refusedMs: 8000 });
+  t.same(admitSignIn(counts, rules, now + 1300).result, { refusedMs: 7000 });
+});

@@ -37,6 +37,8 @@ export function admitSignIn(
   if (delay === 0 || pair.count === 0) return { counts: counted, result: { waitMs: delay } };
   // A client that has failed on this account takes the account's next turn.
   const turn = Math.max(nowMs, failures.turn ?? 0) + delay;
-  if (turn - nowMs > rules.maxWaitMs) return { counts: [], result: { refusedMs: turn - delay - nowMs } };
+  // `nowMs` is read before the store applies this step, so a later attempt's step may have run
+  // first and set a turn from a later now: the next turn is never more than maxWaitMs away.
+  if (turn - nowMs > rules.maxWaitMs) return { counts: [], result: { refusedMs: Math.min(turn - delay - nowMs, rules.maxWaitMs) } };
   return { counts: [...counted, { ...failures, turn }], result: { waitMs: turn - nowMs } };
 }
