@@ -13,7 +13,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { dayOf } from '../src/store/accounts.js';
 import { RedisCustomerStore } from '../src/store/redis.js';
-import { startRedis } from './redis.js';
+import { startRedis, startRelay } from './redis.js';
 import { admin, adminAddress, check, dash, dataDirWithFullSnapshot, PASSWORD, plansFile, samples, signIn, startServer, type Server } from './server.js';
 
 const NODES = 3;
@@ -226,7 +226,40 @@ t.test('Redis stopped under load: no 5xx before --store-max-stale, 503 after, se
   redis.resume();
   for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 10_000, `node ${node.port} serving again`);
   t.pass('every node served again once Redis answered');
+  // Killed and started again (its append-only file keeps the customers): served again, no 5xx.
+  await redis.kill();
+  const killed = await steady(1000);
+  t.same([...new Set(killed)].filter((s) => s >= 500), [], `no 5xx while Redis is killed (${[...new Set(killed)].join(', ')})`);
+  await redis.restart();
+  for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 10_000, `node ${node.port} serving after the restart`);
+  // The change stream's reader reconnects on its own schedule (backing off up to a second).
+  await until(async () => (await metrics()).get('ipr_store_up') === 1, 10_000, 'the metrics saying Redis is up');
   const back = await metrics();
   t.match({ up: back.get('ipr_store_up'), refusing: back.get('ipr_store_refusing') }, { up: 1, refusing: 0 });
   t.ok(back.get('ipr_store_lease_calls_total{reason="asked"}')! > 0, 'lease calls counted');
+});
+
+t.test('Redis behind a slow link (50 ms each way): keys served without waiting on it, revocations still everywhere', async (t) => {
+  const redis = await startRedis(t);
+  const relay = await startRelay(t, redis.port);
+  const nodes = await cluster(t, relay.url, plansFile(t, { steady: [1_000_000, 1000] }));
+  const store = await RedisCustomerStore.open(redis.url);
+  t.teardown(() => store.close());
+  await store.createAccount('fay@example.com', PASSWORD, 'steady');
+  const { key, record } = await store.createKey('fay@example.com', 'far');
+  for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 5000, 'served');
+  relay.setLatency(50);
+  const timings: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    for (const node of nodes) {
+      const started = Date.now();
+      t.equal((await check(node.port, key, ADDRESS)).status, 200, 'served', { diagnostic: false });
+      timings.push(Date.now() - started);
+    }
+  }
+  timings.sort((a, b) => a - b);
+  t.ok(timings[Math.floor(timings.length / 2)]! < 100, `requests do not wait on Redis (a round trip to it takes 100 ms): median ${timings[Math.floor(timings.length / 2)]} ms with Redis 100 ms away`);
+  await store.revokeKey('fay@example.com', record.prefix);
+  const took = await Promise.all(nodes.map((node) => until(async () => (await check(node.port, key, ADDRESS)).status === 401, 5000, `node ${node.port} refusing`)));
+  t.pass(`revoked on every node, the slowest after ${Math.max(...took)} ms`);
 });

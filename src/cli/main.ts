@@ -18,8 +18,9 @@ const USAGE = `usage: ipr <command> [options]
 ${COMMANDS.map((c) => `  ${c.usage}`).join('\n')}
 
   --data DIR defaults to ./data.
-  --store URL (or IPR_STORE) on the accounts and keys commands: the customers of that
-  Redis store (redis://..., rediss://..., redis+cluster://...) instead of the data folder's.`;
+  --store URL (or IPR_STORE) on serve, start, update and the accounts and keys commands: the
+  customers of that Redis store (redis://..., rediss://..., redis+cluster://...) instead of the
+  data folder's.`;
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;

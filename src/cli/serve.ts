@@ -12,7 +12,7 @@ import { loadPlans } from '../plans.js';
 import { refuseShared } from '../private-files.js';
 import { clientTypes, openapiDocument } from '../server/openapi.js';
 import { serve, type RunningServer } from '../server/serve.js';
-import { dataDirOf, integerOption, keepOption, options, UsageError, type Command } from './args.js';
+import { dataDirOf, integerOption, keepOption, options, STORE_OPTION, storeUrlOf, UsageError, type Command } from './args.js';
 import { endProgress, printSummary, progressPrinter, warningPrinter } from './output.js';
 
 const DEFAULT_SOURCES = new URL('../../sources/default.sources.json', import.meta.url);
@@ -53,7 +53,7 @@ const serveOptions = {
   'admin-host': { type: 'string' },
   'admin-token-file': { type: 'string' },
   'access-log': { type: 'string' },
-  store: { type: 'string' },
+  ...STORE_OPTION,
   'store-max-stale': { type: 'string' },
   announce: { type: 'string' },
   follow: { type: 'boolean' },
@@ -114,7 +114,7 @@ async function serveCommand(args: string[], buildIfMissing: boolean): Promise<nu
   if (values['admin-port'] === undefined && (values['admin-host'] || values['admin-token-file'])) {
     throw new UsageError('--admin-host and --admin-token-file need --admin-port');
   }
-  const store = values.store ?? (process.env.IPR_STORE || undefined);
+  const store = storeUrlOf(values);
   if (values['store-max-stale'] !== undefined && store === undefined) throw new UsageError('--store-max-stale goes with --store (or IPR_STORE)');
   const maxStaleMs = values['store-max-stale'] === undefined ? undefined : parseDuration(values['store-max-stale']);
   if (maxStaleMs === null) throw new UsageError('--store-max-stale takes a duration of at least 1 s: 30s, 2m');

@@ -9,7 +9,7 @@ import { builtAtOfName, publishedName, rollback, withDataLock } from '../pipelin
 import { RedisConnection } from '../store/redis-connection.js';
 import { updateSnapshot, type UpdateOptions, type UpdateResult } from '../pipeline/update.js';
 import { openSnapshot } from '../snapshot.js';
-import { dataDirOf, integerOption, keepOption, listOption, options, UsageError, type Command } from './args.js';
+import { dataDirOf, integerOption, keepOption, listOption, options, STORE_OPTION, storeUrlOf, UsageError, type Command } from './args.js';
 import { endProgress, formatBytes, printSummary, progressPrinter, table, warningPrinter } from './output.js';
 
 async function build(args: string[]): Promise<number> {
@@ -74,11 +74,11 @@ async function update(args: string[]): Promise<number> {
     'accept-shrink': { type: 'string' },
     'skip-unreachable': { type: 'boolean' },
     json: { type: 'boolean' },
-    store: { type: 'string' },
+    ...STORE_OPTION,
     announce: { type: 'string' },
   });
   if (!values.sources) throw new UsageError('update needs --sources FILE');
-  const store = values.store ?? (process.env.IPR_STORE || undefined);
+  const store = storeUrlOf(values);
   if (values.announce !== undefined && store === undefined) throw new UsageError('--announce needs --store (or IPR_STORE)');
   const timeout = values.timeout === undefined ? undefined : Number(values.timeout);
   if (timeout !== undefined && !(timeout > 0 && timeout <= 3600)) throw new UsageError('--timeout takes seconds, more than 0 and at most 3600');

@@ -696,6 +696,16 @@ export class LeaseManager {
     })();
   }
 
+  /**
+   * Redis answered another command (the node's ping): the manager is no
+   * longer cut off even if none of its keys needed a call since.
+   */
+  storeAnswered(): void {
+    if (this.staleSince === 0) return;
+    this.staleSince = 0;
+    this.table.setStale(false, 1);
+  }
+
   /** Runs the top-up loop and the wake-ups from workers. */
   start(): void {
     this.#timer = setInterval(() => this.#tick(), TICK_MS);

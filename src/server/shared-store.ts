@@ -121,7 +121,10 @@ export class SharedStoreNode {
     this.#lastPing = Date.now();
     const sent = this.#lastPing;
     this.redis.connection.command(undefined, ['PING']).then(
-      () => (this.#unansweredSince = 0),
+      () => {
+        this.#unansweredSince = 0;
+        this.#manager.storeAnswered();
+      },
       () => (this.#unansweredSince ||= sent),
     ).finally(() => (this.#pinging = false));
   }
