@@ -13,7 +13,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { dayOf } from '../src/store/accounts.js';
 import { RedisCustomerStore } from '../src/store/redis.js';
-import { startRedis, startRelay } from './redis.js';
+import { startRedis, startRedisCluster, startRelay } from './redis.js';
 import { admin, adminAddress, check, dash, dataDirWithFullSnapshot, PASSWORD, plansFile, samples, signIn, startServer, type Server } from './server.js';
 
 const NODES = 3;
@@ -262,4 +262,25 @@ t.test('Redis behind a slow link (50 ms each way): keys served without waiting o
   await store.revokeKey('fay@example.com', record.prefix);
   const took = await Promise.all(nodes.map((node) => until(async () => (await check(node.port, key, ADDRESS)).status === 401, 5000, `node ${node.port} refusing`)));
   t.pass(`revoked on every node, the slowest after ${Math.max(...took)} ms`);
+});
+
+t.test('on a Redis Cluster of three masters: customers of every hash slot served, limits shared, a revocation everywhere', async (t) => {
+  const redis = await startRedisCluster(t);
+  const nodes = await cluster(t, redis.url, plansFile(t, { daily: [30, 1000] }));
+  const store = await RedisCustomerStore.open(redis.url);
+  t.teardown(() => store.close());
+  // Accounts land in different slots, so on different masters.
+  const keys: { key: string; prefix: string; email: string }[] = [];
+  for (let i = 0; i < 6; i++) {
+    const email = `user${i}@example.com`;
+    await store.createAccount(email, PASSWORD, 'daily');
+    const { key, record } = await store.createKey(email, 'k');
+    keys.push({ key, prefix: record.prefix, email });
+  }
+  for (const { key } of keys) for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 5000, 'served');
+  const statuses = await load(nodes, keys[0]!.key, 90, 4);
+  t.ok((statuses.get(200) ?? 0) + 3 <= 30, `the daily limit of 30 held across three nodes: ${statuses.get(200) ?? 0} + 3 served`);
+  await store.revokeKey(keys[5]!.email, keys[5]!.prefix);
+  for (const node of nodes) await until(async () => (await check(node.port, keys[5]!.key, ADDRESS)).status === 401, 5000, 'revoked');
+  t.pass('revoked on every node');
 });
