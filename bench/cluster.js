@@ -23,7 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededAddresses } from './addresses.js';
-import { createKeys, startServer } from './load.js';
+import { benchDataDir, createKeys, startServer } from './load.js';
 import { environment, median } from './report.js';
 import { freePort, LOAD_CORE, needWrk, pin, requestsFile, treeCpu, wrk } from './wrk.js';
 
@@ -86,12 +86,7 @@ const stops = [];
 try {
   const env = environment();
   console.log(`cluster benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
-  let dataDir = process.env.BENCH_DATA;
-  if (dataDir === undefined) {
-    dataDir = path.join(work, 'data');
-    process.stderr.write('building the full dataset (sources/feeds.sources.json)...\n');
-    execFileSync(process.execPath, [path.join(root, 'bench', 'build-trial.js'), path.join(root, 'sources', 'feeds.sources.json'), dataDir], { stdio: 'ignore' });
-  }
+  const dataDir = benchDataDir(work);
   const redis = await startRedis(work);
   stops.push(redis.stop);
   const shared = await RedisCustomerStore.open(redis.url);

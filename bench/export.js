@@ -22,6 +22,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { packageFile, seededAddresses } from './addresses.js';
+import { benchDataDir } from './load.js';
 import { environment, median } from './report.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -36,12 +37,7 @@ try {
   const env = environment();
   console.log(`export benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
 
-  let dataDir = process.env.BENCH_DATA;
-  if (dataDir === undefined) {
-    dataDir = path.join(work, 'data');
-    process.stderr.write('building the full dataset (sources/feeds.sources.json)...\n');
-    execFileSync(process.execPath, [path.join(root, 'bench', 'build-trial.js'), path.join(root, 'sources', 'feeds.sources.json'), dataDir], { stdio: 'ignore' });
-  }
+  const dataDir = benchDataDir(work);
   const snapshot = readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
   const snapshotBytes = statSync(path.join(dataDir, 'snapshots', snapshot)).size;
 

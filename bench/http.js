@@ -22,13 +22,13 @@
 // cores. Environment: BENCH_ROUNDS (3), BENCH_SECONDS (10),
 // BENCH_CONNECTIONS (64), BENCH_DATA (a data folder with a published
 // snapshot, instead of building the full dataset).
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { seededAddresses } from './addresses.js';
-import { createKeys, startServer } from './load.js';
+import { benchDataDir, createKeys, startServer } from './load.js';
 import { freePort, LOAD_CORE, needWrk, pin, requestsFile, SERVER_CORE, treeCpu, wrk } from './wrk.js';
 import { environment, median } from './report.js';
 
@@ -104,12 +104,7 @@ try {
   const env = environment();
   console.log(`HTTP benchmark ${env.date}, ${env.cpu} x${env.cores}, node ${env.node}, commit ${env.commit}`);
 
-  let dataDir = process.env.BENCH_DATA;
-  if (dataDir === undefined) {
-    dataDir = path.join(work, 'data');
-    process.stderr.write('building the full dataset (sources/feeds.sources.json)...\n');
-    execFileSync(process.execPath, [path.join(root, 'bench', 'build-trial.js'), path.join(root, 'sources', 'feeds.sources.json'), dataDir], { stdio: 'ignore' });
-  }
+  const dataDir = benchDataDir(work);
   const snapshotName = readFileSync(path.join(dataDir, 'snapshots', 'CURRENT'), 'utf8').trim();
   const snapshotBytes = statSync(path.join(dataDir, 'snapshots', snapshotName)).size;
 

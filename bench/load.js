@@ -13,6 +13,19 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const cli = path.join(root, 'dist', 'cli', 'main.js');
 
 /**
+ * The data folder a benchmark measures: BENCH_DATA when set (a folder with a
+ * published snapshot), else the full dataset (sources/feeds.sources.json)
+ * built into `work`, in a process of its own.
+ */
+export function benchDataDir(work) {
+  if (process.env.BENCH_DATA !== undefined) return process.env.BENCH_DATA;
+  const dataDir = path.join(work, 'data');
+  process.stderr.write('building the full dataset (sources/feeds.sources.json)...\n');
+  execFileSync(process.execPath, [path.join(root, 'bench', 'build-trial.js'), path.join(root, 'sources', 'feeds.sources.json'), dataDir], { stdio: 'ignore' });
+  return dataDir;
+}
+
+/**
  * Creates an account on `plan` in `dataDir` and `count` keys for it; returns the keys.
  * Enterprise keys allow 100 requests a second each: a load of R requests a
  * second needs more than R / 100 of them.
