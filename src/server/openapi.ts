@@ -57,7 +57,7 @@ export function openapiDocument(plans: Map<string, Plan>): object {
     [413, `The body is over ${MAX_CHECK_BODY} bytes.`, ['payload_too_large']],
     [415, 'Content-Type is not application/json (parameters such as charset are allowed).', ['unsupported_media_type']],
     [500, 'Unexpected failure; never a stack trace.', ['internal_error']],
-    [503, "The key's slot lies past this server's limit table: another server on the same data folder was started with a larger --max-keys; restart this one.", ['unavailable']],
+    [503, "The key's slot lies past this server's limit table (another server on the same data folder was started with a larger --max-keys: restart this one); or, on a node of a shared store (--store), the store has been unreachable past --store-max-stale or sent no lease for the key within 1 s (Retry-After says when to try again).", ['unavailable']],
   ];
   const limited = {
     description:
