@@ -636,6 +636,8 @@ export class LeaseManager {
   #timer: NodeJS.Timeout | null = null;
   #watching: Promise<void> | null = null;
   #bestRtt = Infinity;
+  /** Nodes asking for keys, as Redis last said: the per-second share a node takes while Redis cannot be reached. */
+  #nodes = 1;
   #bestRttAt = 0;
 
   constructor(
@@ -703,7 +705,25 @@ export class LeaseManager {
   storeAnswered(): void {
     if (this.staleSince === 0) return;
     this.staleSince = 0;
-    this.table.setStale(false, 1);
+    this.table.setStale(false, this.#nodes);
+  }
+
+  /** Redis did not answer a command sent at `since` (a lease call, or the node's ping): serve on credit. */
+  storeUnanswered(since: number): void {
+    if (this.staleSince !== 0) return;
+    this.staleSince = since;
+    this.table.setStale(true, this.#nodes);
+  }
+
+  /**
+   * The key in `slot` as its store now holds it: leases taken under another
+   * plan, or refused for a state that is over (a suspension since lifted),
+   * are given back, and the next request leases anew.
+   */
+  refresh(slot: number, key: LeasedKey): void {
+    const k = this.#byslot.get(slot);
+    if (k === undefined) return;
+    if (k.key.id !== key.id || k.key.plan.name !== key.plan.name || k.status !== 'ok') void this.forget(slot);
   }
 
   /** Runs the top-up loop and the wake-ups from workers. */
@@ -779,16 +799,13 @@ export class LeaseManager {
         k.pendingArgs = null;
         k.failures = 0;
         this.#answered(k, reply, sent, received, why);
-        if (this.staleSince !== 0) {
-          this.staleSince = 0;
-          this.table.setStale(false, k.nodes);
-        }
+        this.#nodes = Math.max(1, k.nodes);
+        this.storeAnswered();
       } catch (error) {
         k.failures++;
-        if (this.staleSince === 0) {
-          this.staleSince = Date.now();
-          this.table.setStale(true, Math.max(1, k.nodes));
-        }
+        this.storeUnanswered(sent);
+        // Requests waiting for this lease go on from what the node holds on credit.
+        if (this.#byslot.get(k.slot) === k) this.table.update(k.slot, () => undefined);
         this.options.onError?.(error);
       }
     };

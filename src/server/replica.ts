@@ -17,7 +17,7 @@
  * (or says it cannot, and everything is read again).
  */
 import { IprError } from '../errors.js';
-import type { AccountStore, KeyRecord } from '../store/accounts.js';
+import type { AccountStore, SlottedKeyRecord } from '../store/accounts.js';
 import type { RedisCustomerStore } from '../store/redis.js';
 import type { Change, ChangeFollower } from '../store/types.js';
 
@@ -27,6 +27,8 @@ const FOLLOW_START_MS = 10_000;
 export interface ReplicaOptions {
   /** Slots given back by keys revoked or gone: whatever the node kept for them is over. */
   onSlotsFreed?: (slots: number[]) => void;
+  /** An account was written again (any change): its active keys as the replica now holds them. */
+  onAccountMirrored?: (account: string, active: SlottedKeyRecord[]) => void;
   onError?: (error: unknown) => void;
 }
 
@@ -73,19 +75,21 @@ export class CustomerReplica {
   }
 
   /** The key in `slot` and its account, as the lease manager needs them; undefined when no active key holds it. */
-  keyInSlot(slot: number): KeyRecord | undefined {
+  keyInSlot(slot: number): SlottedKeyRecord | undefined {
     return this.#bySlot.get(slot);
   }
 
-  readonly #bySlot = new Map<number, KeyRecord>();
+  readonly #bySlot = new Map<number, SlottedKeyRecord>();
 
   async #mirror(email: string): Promise<void> {
     const account = await this.shared.account(email);
     const keys = account === undefined ? [] : await this.shared.listKeys(email);
     for (const old of this.local.account(email) === undefined ? [] : this.local.listKeys(email)) this.#bySlot.delete(old.slot);
     const freed = this.local.mirrorAccount(email, account, keys);
-    if (account !== undefined) for (const k of this.local.listKeys(email)) if (k.revoked === null) this.#bySlot.set(k.slot, k);
+    const active = account === undefined ? [] : this.local.listKeys(email).filter((k) => k.revoked === null);
+    for (const k of active) this.#bySlot.set(k.slot, k);
     if (freed.length > 0) this.options.onSlotsFreed?.(freed);
+    this.options.onAccountMirrored?.(email, active);
   }
 
   async #apply(change: Change): Promise<void> {

@@ -86,6 +86,12 @@ export class SharedStoreNode {
     });
     this.#replica = new CustomerReplica(redis, replica, {
       onSlotsFreed: (slots) => slots.forEach((slot) => void this.#manager.forget(slot)),
+      onAccountMirrored: (_account, active) => {
+        for (const key of active) {
+          const leased = leasedKey(key.slot);
+          if (leased !== undefined) this.#manager.refresh(key.slot, leased);
+        }
+      },
       onError: (error) => log.warn({ err: error }, 'the customer change stream failed; following it again'),
     });
     this.#watch = setInterval(() => this.#check(), WATCH_MS);
@@ -125,7 +131,10 @@ export class SharedStoreNode {
         this.#unansweredSince = 0;
         this.#manager.storeAnswered();
       },
-      () => (this.#unansweredSince ||= sent),
+      () => {
+        this.#unansweredSince ||= sent;
+        this.#manager.storeUnanswered(sent);
+      },
     ).finally(() => (this.#pinging = false));
   }
 
