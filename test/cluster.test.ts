@@ -277,7 +277,14 @@ t.test('on a Redis Cluster of three masters: customers of every hash slot served
     const { key, record } = await store.createKey(email, 'k');
     keys.push({ key, prefix: record.prefix, email });
   }
-  for (const { key } of keys) for (const node of nodes) await until(async () => (await check(node.port, key, ADDRESS)).status === 200, 5000, 'served');
+  for (const { key } of keys) {
+    for (const node of nodes) {
+      let last = 0;
+      await until(async () => (last = (await check(node.port, key, ADDRESS)).status) === 200, 10_000, `node ${node.port} serving ${key.slice(0, 8)} (last answer ${last})`).catch((error: Error) => {
+        throw new Error(`${error.message}; last answer ${last}\n${node.output().slice(-3000)}`);
+      });
+    }
+  }
   const statuses = await load(nodes, keys[0]!.key, 90, 4);
   t.ok((statuses.get(200) ?? 0) + 3 <= 30, `the daily limit of 30 held across three nodes: ${statuses.get(200) ?? 0} + 3 served`);
   await store.revokeKey(keys[5]!.email, keys[5]!.prefix);

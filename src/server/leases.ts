@@ -35,7 +35,8 @@
  *    early only refuses more.
  * 3. Near the daily limit, the budget other nodes hold unused is at most one
  *    lease each (a grant is at most the unreserved budget divided by the
- *    nodes asking), and a node gives back what it holds after IDLE_RETURN_MS
+ *    nodes asking, and never more than a quarter of it: far from the limit,
+ *    no node holds what another node's clients need), and a node gives back what it holds after IDLE_RETURN_MS
  *    without requests: at most (nodes - 1) x lease requests go unserved,
  *    for at most that long.
  * 4. Redis unreachable: a node keeps admitting from the leases it holds. When
@@ -123,7 +124,9 @@ if limit >= 0 then
   local r = tonumber(redis.call('HGET', KEYS[3], 'r:' .. day) or '0')
   remaining = math.max(0, limit - r)
   if status == 'ok' then
-    granted = math.min(tonumber(ARGV[7]), remaining, math.max(1, math.ceil(remaining / math.max(1, nodes))))
+    -- At most a quarter of what is left (or a share per node asking): a node alone must not reserve a
+    -- small daily budget whole, or a client sent to another node is refused with most of its day left.
+    granted = math.min(tonumber(ARGV[7]), remaining, math.max(1, math.ceil(remaining / math.max(4, nodes))))
     if granted > 0 then
       redis.call('HSET', KEYS[3], 'r:' .. day, r + granted)
       remaining = remaining - granted
