@@ -36,7 +36,8 @@
  * 3. Near the daily limit, the budget other nodes hold unused is at most one
  *    lease each (a grant is at most the unreserved budget divided by the
  *    nodes asking, and never more than a quarter of it: far from the limit,
- *    no node holds what another node's clients need), and a node gives back what it holds after IDLE_RETURN_MS
+ *    no node holds what another node's clients need), and a node gives
+ *    back what it holds after IDLE_RETURN_MS
  *    without requests: at most (nodes - 1) x lease requests go unserved,
  *    for at most that long.
  * 4. Redis unreachable: a node keeps admitting from the leases it holds. When

@@ -37,9 +37,6 @@ export class CustomerReplica {
   /** Changes applied since start, and full reads (for metrics and tests). */
   applied = 0;
   resyncs = 0;
-  /** When the stream was last seen unreachable (0: it is followed). */
-  disconnectedSince = 0;
-  #watch: NodeJS.Timeout | null = null;
 
   constructor(
     readonly shared: RedisCustomerStore,
@@ -67,11 +64,11 @@ export class CustomerReplica {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
     await this.#resync();
-    this.#watch = setInterval(() => {
-      const connected = this.#following?.connected ?? false;
-      if (connected) this.disconnectedSince = 0;
-      else if (this.disconnectedSince === 0) this.disconnectedSince = Date.now();
-    }, 100);
+  }
+
+  /** Whether the change stream is being read now (false while Redis cannot be reached). */
+  get connected(): boolean {
+    return this.#following?.connected ?? false;
   }
 
   /** The key in `slot` and its account, as the lease manager needs them; undefined when no active key holds it. */
@@ -107,7 +104,6 @@ export class CustomerReplica {
   }
 
   async close(): Promise<void> {
-    if (this.#watch) clearInterval(this.#watch);
     await this.#following?.close();
     this.#following = null;
   }

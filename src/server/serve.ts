@@ -216,7 +216,6 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
         port,
         limitState,
         leaseState: shared?.leaseState ?? null,
-        storeFolder: shared === null ? 'accounts' : 'replica',
         storeUrl: shared === null ? null : options.store!,
         clock: sharedClock?.buffer ?? null,
         unkeyedPerSecond: options.unkeyedPerSecond ?? 20,

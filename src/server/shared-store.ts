@@ -54,6 +54,8 @@ export class SharedStoreNode {
   readonly #replica: CustomerReplica;
   readonly #watch: NodeJS.Timeout;
   #refusing = false;
+  /** Since when the change stream has not been read (0: it is). */
+  #streamLostSince = 0;
   /** When a PING last failed to be answered in time (0: the last one was). */
   #unansweredSince = 0;
   #lastPing = 0;
@@ -77,15 +79,10 @@ export class SharedStoreNode {
     this.#manager = new LeaseManager(redis.connection, this.#table, {
       keyInSlot: leasedKey,
       onError: (error) => log.debug({ err: error }, 'a lease call failed; retrying'),
-      // Another plan: the leases were sized for the old one. Given back; the next request leases anew.
-      onKeyStatus: (key, status) => {
-        if (!status.startsWith('plan:')) return;
-        const slot = replica.keyById(key.id)?.slot;
-        if (slot !== undefined) void this.#manager.forget(slot);
-      },
     });
     this.#replica = new CustomerReplica(redis, replica, {
       onSlotsFreed: (slots) => slots.forEach((slot) => void this.#manager.forget(slot)),
+      // Another plan, or a suspension lifted: the manager gives back leases taken under the old state.
       onAccountMirrored: (_account, active) => {
         for (const key of active) {
           const leased = leasedKey(key.slot);
@@ -117,7 +114,7 @@ export class SharedStoreNode {
 
   /** Since when Redis has not answered the leases, the stream or the pings (0: it answers all three). */
   #staleSince(): number {
-    const since = [this.#manager.staleSince, this.#replica.disconnectedSince, this.#unansweredSince].filter((t) => t !== 0);
+    const since = [this.#manager.staleSince, this.#streamLostSince, this.#unansweredSince].filter((t) => t !== 0);
     return since.length === 0 ? 0 : Math.min(...since);
   }
 
@@ -140,6 +137,8 @@ export class SharedStoreNode {
 
   #check(): void {
     this.#ping();
+    if (this.#replica.connected) this.#streamLostSince = 0;
+    else this.#streamLostSince ||= Date.now();
     const since = this.#staleSince();
     const refusing = since !== 0 && Date.now() - since > this.maxStaleMs;
     if (refusing === this.#refusing) return;

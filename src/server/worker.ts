@@ -7,7 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { mountDashboard, type DashboardOptions } from '../dashboard/routes.js';
 import { openSnapshot } from '../snapshot.js';
-import { AccountStore, type StoreFolder } from '../store/accounts.js';
+import { AccountStore } from '../store/accounts.js';
 import { LmdbCustomerStore } from '../store/lmdb.js';
 import { RedisCustomerStore } from '../store/redis.js';
 import { SharedClock, systemClock } from '../clock.js';
@@ -27,9 +27,10 @@ export interface WorkerData {
   limitState: SharedLimitState;
   /** The node's leases of a shared store's limits (leases.ts); null: its own counters limit keys. */
   leaseState: SharedLeaseState | null;
-  /** Where the request path reads customers: the data folder's own store, or its replica of a shared one. */
-  storeFolder: StoreFolder;
-  /** The shared store's URL, for the dashboard (it reads and writes customers there); null: the data folder's own. */
+  /**
+   * The shared store's URL (null: the data folder's own store): the request
+   * path then reads the node's replica of it, the dashboard reads and writes it.
+   */
   storeUrl: string | null;
   /** Set when the server runs on a test clock. */
   clock: SharedArrayBuffer | null;
@@ -60,7 +61,7 @@ const log = createLogger({ worker: data.index });
 try {
   const uws = loadUws();
   const snapshot = openSnapshot(data.dataDir);
-  const store = new AccountStore(data.dataDir, undefined, data.storeFolder);
+  const store = new AccountStore(data.dataDir, undefined, data.storeUrl === null ? 'accounts' : 'replica');
   const limits = new Limits(data.limitState);
   let draining = false;
   const inflight = { count: 0 };
